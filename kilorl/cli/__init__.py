@@ -1,0 +1,1 @@
+"""The ``kilorl`` command line. Each subcommand group lives in its own module."""

@@ -1,0 +1,294 @@
+"""Run configuration: YAML validated by pydantic.
+
+Every section forbids unknown keys, so a typo is an error that names the field and
+lists what is allowed instead of being silently ignored. Every field documents its
+default in its docstring (pydantic reads attribute docstrings into descriptions).
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """An invalid configuration; the message names the offending field."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+
+class EnvConfig(_Section):
+    id: str
+    """Gymnasium id (``CartPole-v1``) or entry point ``package.module:ClassName``."""
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments passed to the environment constructor."""
+    max_episode_steps: int | None = Field(default=None, gt=0)
+    """Override the registered time limit (None keeps the environment's own)."""
+    normalize_obs: bool = False
+    """Running mean/std observation normalization (statistics are checkpointed)."""
+    normalize_reward: bool = False
+    """Scale rewards by the running std of the discounted return."""
+    clip_obs: float = Field(default=10.0, gt=0)
+    """Clip normalized observations to [-clip_obs, clip_obs]."""
+    clip_reward: float = Field(default=10.0, gt=0)
+    """Clip normalized rewards to [-clip_reward, clip_reward]."""
+
+
+class PPOConfig(_Section):
+    name: Literal["ppo"] = "ppo"
+    """Algorithm name; PPO is the only on-policy learner so far."""
+    rollout_length: int = Field(default=128, gt=0)
+    """Environment steps each env takes per rollout (batch = actors x envs x this)."""
+    gamma: float = Field(default=0.99, ge=0, le=1)
+    """Discount factor."""
+    gae_lambda: float = Field(default=0.95, ge=0, le=1)
+    """GAE lambda (bias/variance trade-off of the advantage estimate)."""
+    lr: float = Field(default=3e-4, gt=0)
+    """Adam learning rate at the start of training."""
+    anneal_lr: bool = True
+    """Linearly anneal the learning rate to 0 over total_env_steps."""
+    update_epochs: int = Field(default=10, gt=0)
+    """Passes over each rollout batch."""
+    num_minibatches: int = Field(default=4, gt=0)
+    """Minibatches per epoch."""
+    clip_coef: float = Field(default=0.2, gt=0)
+    """Policy ratio clipping epsilon."""
+    clip_vloss: bool = True
+    """Clip the value-function update around the old value estimate."""
+    norm_adv: bool = True
+    """Normalize advantages per minibatch."""
+    ent_coef: float = Field(default=0.0, ge=0)
+    """Entropy bonus coefficient."""
+    vf_coef: float = Field(default=0.5, ge=0)
+    """Value loss coefficient."""
+    max_grad_norm: float = Field(default=0.5, gt=0)
+    """Global gradient-norm clipping threshold."""
+    target_kl: float | None = Field(default=None, gt=0)
+    """Stop the epoch loop early once the approximate KL exceeds this (None: never)."""
+
+
+class ModelConfig(_Section):
+    hidden_sizes: list[int] = Field(default_factory=lambda: [64, 64])
+    """Hidden layer widths of the policy and value MLPs."""
+    activation: Literal["tanh", "relu", "gelu"] = "tanh"
+    """Hidden activation."""
+    shared_backbone: bool = False
+    """Share the hidden layers between policy and value heads."""
+    init_log_std: float = 0.0
+    """Initial log standard deviation of the Gaussian policy (continuous actions)."""
+    ortho_init: bool = True
+    """Orthogonal initialization (gain sqrt(2) hidden, 0.01 policy head, 1 value head)."""
+
+    @model_validator(mode="after")
+    def _positive_widths(self) -> "ModelConfig":
+        if not self.hidden_sizes or any(h <= 0 for h in self.hidden_sizes):
+            raise ValueError("hidden_sizes must be a non-empty list of positive integers")
+        return self
+
+
+class ParallelismConfig(_Section):
+    actor: int = Field(default=1, ge=1)
+    """Number of actor processes (Ray actors) stepping environments."""
+    envs_per_actor: int = Field(default=8, ge=1)
+    """Vectorized environments inside each actor."""
+    learner: int = Field(default=1, ge=1)
+    """Number of learner processes (gradients all-reduced across them)."""
+    parameter_server: int = Field(default=1, ge=1)
+    """Number of parameter-server shards holding the versioned weights."""
+    pipeline_depth: int = Field(default=0, ge=0, le=4)
+    """Rollouts an actor may run ahead of the learner (0 = fully synchronous)."""
+    vector_env: Literal["sync", "async"] = "sync"
+    """Gymnasium vector env inside an actor: in-process (sync) or subprocesses (async)."""
+
+
+class TrainConfig(_Section):
+    total_env_steps: int = Field(default=100_000, gt=0)
+    """Stop after this many environment steps (all actors together)."""
+    seed: int = 1
+    """Master seed; actors, envs and torch derive theirs from it."""
+    gradient_accumulation_steps: int = Field(default=1, ge=1)
+    """Split each minibatch into this many micro-batches before one optimizer step."""
+    mixed_precision: Literal["no", "bf16"] = "no"
+    """bf16 autocast for the learner's forward/backward pass."""
+    device: Literal["auto", "cpu", "cuda"] = "cpu"
+    """Learner device; auto picks cuda when available."""
+    torch_threads: int = Field(default=1, ge=1)
+    """Torch intra-op threads per process (1 avoids oversubscription on shared cores)."""
+    stop_return: float | None = None
+    """Stop early once the rolling episode return reaches this (None: run to the end)."""
+
+
+class CheckpointConfig(_Section):
+    every_env_steps: int | None = Field(default=None, gt=0)
+    """Write a checkpoint every this many env steps (None: only at the end)."""
+    keep: int = Field(default=3, ge=1)
+    """How many checkpoints to keep in the run directory."""
+
+
+class LoggingConfig(_Section):
+    report_every_s: float = Field(default=2.0, gt=0)
+    """Minimum seconds between metric reports (one per learner update at most)."""
+    return_window: int = Field(default=20, ge=1)
+    """Episodes in the rolling mean reported as episode_return_mean."""
+    tensorboard: bool = True
+    """Write TensorBoard event files into the run directory."""
+    progress: bool = True
+    """Show a live progress bar on the terminal."""
+
+
+class Config(_Section):
+    env: EnvConfig
+    """The environment to train on."""
+    algo: PPOConfig = Field(default_factory=PPOConfig)
+    """Algorithm hyperparameters."""
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    """Network architecture."""
+    parallelism: ParallelismConfig = Field(default_factory=ParallelismConfig)
+    """How many of each role run."""
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    """Length, seeding and numerics of the run."""
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    """Checkpoint cadence."""
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    """Metrics and progress reporting."""
+
+    @model_validator(mode="after")
+    def _minibatches_fit(self) -> "Config":
+        batch = self.parallelism.actor * self.parallelism.envs_per_actor * self.algo.rollout_length
+        if batch % self.algo.num_minibatches:
+            raise ValueError(
+                f"algo.num_minibatches={self.algo.num_minibatches} must divide the rollout batch "
+                f"{batch} (parallelism.actor x parallelism.envs_per_actor x algo.rollout_length)"
+            )
+        mb = batch // self.algo.num_minibatches
+        if mb % self.train.gradient_accumulation_steps:
+            raise ValueError(
+                f"train.gradient_accumulation_steps={self.train.gradient_accumulation_steps} must "
+                f"divide the minibatch size {mb}"
+            )
+        return self
+
+    @property
+    def batch_size(self) -> int:
+        return self.parallelism.actor * self.parallelism.envs_per_actor * self.algo.rollout_length
+
+
+def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """Walk the schema along `loc` (minus its last element) and list allowed keys."""
+    current: Any = model
+    for part in loc[:-1]:
+        fields = getattr(current, "model_fields", None)
+        if not fields or part not in fields:
+            return []
+        annotation = fields[part].annotation
+        current = annotation
+    fields = getattr(current, "model_fields", None)
+    return sorted(fields) if fields else []
+
+
+def _format_validation_error(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = tuple(e.get("loc", ()))
+        field = ".".join(str(p) for p in loc) or "<root>"
+        if e["type"] == "extra_forbidden":
+            allowed = _allowed_fields(Config, loc)
+            close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            lines.append(f"{field}: unknown field{hint}; allowed: {', '.join(allowed)}")
+        elif e["type"] == "literal_error":
+            lines.append(f"{field}: {e['msg']} (got {e.get('input')!r})")
+        elif e["type"] == "missing":
+            lines.append(f"{field}: required field is missing")
+        else:
+            msg = e["msg"].removeprefix("Value error, ")
+            got = e.get("input")
+            shown = f" (got {got!r})" if got is not None and not isinstance(got, dict) else ""
+            lines.append(f"{field}: {msg}{shown}")
+    return "invalid config:\n  " + "\n  ".join(lines)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Parse ``section.field=value``; the value is read as YAML (``1e-3``, ``[64, 64]``)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected section.field=value")
+    key, raw = text.split("=", 1)
+    path = [p for p in key.strip().split(".") if p]
+    if not path:
+        raise ConfigError(f"override {text!r}: empty field name")
+    value = yaml.safe_load(raw) if raw.strip() else ""
+    # YAML 1.1 reads "1e-3" as a string; accept scientific notation as a float.
+    if isinstance(value, str):
+        try:
+            value = float(value) if any(c in value for c in "eE.") else value
+        except ValueError:
+            pass
+    return path, value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    for text in overrides:
+        path, value = parse_override(text)
+        node = data
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {text!r}: {part} is not a section")
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+def config_from_dict(data: dict[str, Any], *, check_env: bool = True) -> Config:
+    if not isinstance(data, dict):
+        raise ConfigError("invalid config: the top level must be a mapping of sections")
+    try:
+        cfg = Config.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_validation_error(err)) from None
+    if check_env:
+        from kilorl.envs import check_env_id
+
+        problem = check_env_id(cfg.env.id)
+        if problem:
+            raise ConfigError(f"invalid config:\n  env.id: {problem}")
+    return cfg
+
+
+def _yaml_float_fix(data: Any) -> Any:
+    """YAML 1.1 reads ``3e-4`` as a string; turn such strings back into floats."""
+    if isinstance(data, dict):
+        return {k: _yaml_float_fix(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_yaml_float_fix(v) for v in data]
+    if isinstance(data, str):
+        try:
+            if any(c in data for c in "eE") and data.strip()[0] in "+-.0123456789":
+                return float(data)
+        except (ValueError, IndexError):
+            return data
+    return data
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None, *, check_env: bool = True) -> Config:
+    """Read a YAML file, apply ``section.field=value`` overrides, validate."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{p}: not valid YAML: {err}") from None
+    data = _yaml_float_fix(data)
+    data = apply_overrides(data, overrides or [])
+    return config_from_dict(data, check_env=check_env)
+
+
+def dump_config(cfg: Config) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
