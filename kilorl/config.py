@@ -107,6 +107,24 @@ class ParallelismConfig(_Section):
     """Gymnasium vector env inside an actor: in-process (sync) or subprocesses (async)."""
 
 
+class RoleResources(_Section):
+    gpus: float = Field(default=0.0, ge=0)
+    """Devices per instance of the role; fractions (0.25) share one device."""
+    cpus: float = Field(default=1.0, gt=0)
+    """CPU cores per instance."""
+    memory_gb: float = Field(default=1.0, ge=0)
+    """Host memory per instance, GiB."""
+
+
+class ResourcesConfig(_Section):
+    learner: RoleResources = Field(default_factory=lambda: RoleResources(gpus=1.0, cpus=2.0, memory_gb=16.0))
+    """Resources of one learner (the scheduler keeps learner groups inside one island)."""
+    actor: RoleResources = Field(default_factory=lambda: RoleResources(gpus=0.0, cpus=1.0, memory_gb=2.0))
+    """Resources of one actor (packed tightly, may go anywhere)."""
+    parameter_server: RoleResources = Field(default_factory=lambda: RoleResources(gpus=0.0, cpus=1.0, memory_gb=8.0))
+    """Resources of one parameter-server shard (placed near the learners)."""
+
+
 class TrainConfig(_Section):
     total_env_steps: int = Field(default=100_000, gt=0)
     """Stop after this many environment steps (all actors together)."""
@@ -151,6 +169,8 @@ class Config(_Section):
     """Network architecture."""
     parallelism: ParallelismConfig = Field(default_factory=ParallelismConfig)
     """How many of each role run."""
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+    """Per-role resource requests used by the scheduler on a cluster (ignored locally)."""
     train: TrainConfig = Field(default_factory=TrainConfig)
     """Length, seeding and numerics of the run."""
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
