@@ -1,0 +1,451 @@
+"""kiloRL PPO vs Stable-Baselines3 PPO: time and env steps to a return threshold.
+
+For each env and seed this runs ``kilorl train`` (the example config) and SB3 PPO with
+rl-zoo's hyperparameters (``zoo_hyperparams.py``), each in its own subprocess with a
+wall-clock budget, alternating the order (kiloRL first on odd-numbered pairs, SB3 first
+on even ones) so load from other jobs on the machine hits both sides. A run "reaches"
+the threshold when the mean return of its last 20 finished training episodes first gets
+there (475 CartPole-v1, 200 LunarLander-v3); both sides stop right there.
+
+Reported per env and framework: how many runs reached it; median time to it, both
+excluding start-up (kiloRL: ``train_time``, from the first rollout; SB3: from
+``learn``'s training start) and including it (kiloRL: ``wall_time``, Ray start-up
+included; SB3: env + model construction included); median env steps to it; median
+start-up; and the kiloRL/SB3 ratios of the medians. A run that does not reach the
+threshold (budget, its config's step limit, or a crash) counts as infinitely slow in
+the medians, so failures can only make a framework look worse, never vanish.
+
+Both sides use one torch thread (kiloRL's ``train.torch_threads=1``; SB3 worker calls
+``torch.set_num_threads(1)``) and OMP/MKL_NUM_THREADS=1. kiloRL runs its roles as Ray
+actors (one env actor and one learner process) while SB3 is a single process.
+
+    python benchmarks/ppo_vs_peers.py --envs cartpole --seeds 3 --json-out bench.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+WINDOW = 20
+FRAMEWORKS = ("kiloRL", "SB3")
+
+
+@dataclass(frozen=True)
+class BenchEnv:
+    """One environment of the benchmark."""
+
+    key: str
+    """Name used on the command line (``--envs``)."""
+    gym_id: str
+    """Gymnasium id both frameworks train on."""
+    threshold: float
+    """Rolling-mean return that counts as solved."""
+    budget_s: float
+    """Default wall-clock budget of one run (process launch to kill)."""
+    default_config: str
+    """kiloRL example config, relative to the repository root."""
+
+
+ENVS: dict[str, BenchEnv] = {
+    "cartpole": BenchEnv("cartpole", "CartPole-v1", 475.0, 600.0, "examples/cartpole_ppo.yaml"),
+    "lunarlander": BenchEnv("lunarlander", "LunarLander-v3", 200.0, 900.0, "examples/lunarlander_ppo.yaml"),
+}
+
+
+@dataclass
+class RunResult:
+    """What one run measured; ``time_s``/``env_steps`` are None when it did not reach."""
+
+    framework: str
+    env: str
+    seed: int
+    reached: bool
+    stop_reason: str
+    """threshold | budget | step_limit (the run's own env-step limit) | crashed."""
+    time_s: float | None = None
+    """Seconds to the threshold excluding start-up."""
+    time_incl_startup_s: float | None = None
+    """Seconds to the threshold including start-up (Ray start for kiloRL)."""
+    env_steps: int | None = None
+    startup_s: float | None = None
+    env_steps_total: int | None = None
+    final_return_mean: float | None = None
+    process_wall_s: float = 0.0
+    """Launch to exit of the subprocess (imports, start-up, training, shutdown)."""
+    leaked_processes: int = 0
+    """Descendants still alive 10 s after the run's process exited (killed by us)."""
+    error: str | None = None
+    run_dir: str | None = None
+
+
+# --------------------------------------------------------------------------------------
+# Subprocesses with a deadline; every descendant is tracked by pid and reaped.
+def run_with_deadline(cmd: list[str], log_dir: Path, deadline: float, grace_s: float = 30.0,
+                      reap_wait_s: float = 10.0) -> tuple[int, bool, int]:
+    """Run ``cmd`` until it exits or ``deadline``; returns (returncode, timed_out, leaked).
+
+    On the deadline the process group gets SIGINT (kilorl's trainer then shuts Ray down
+    in its ``finally``), SIGKILL after ``grace_s``. Descendants (Ray's raylet, workers)
+    are recorded while the run lives, so any left behind are found and killed by pid.
+    """
+    import psutil
+
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with (log_dir / "stdout.log").open("wb") as out, (log_dir / "stderr.log").open("wb") as err:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=err, start_new_session=True)
+    seen: dict[int, psutil.Process] = {}
+    timed_out = False
+    try:
+        root = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            try:
+                for child in root.children(recursive=True):
+                    seen.setdefault(child.pid, child)
+            except psutil.Error:
+                pass
+            if time.time() >= deadline and not timed_out:
+                timed_out = True
+                _signal_group(proc.pid, signal.SIGINT)
+                try:
+                    proc.wait(timeout=grace_s)
+                except subprocess.TimeoutExpired:
+                    _signal_group(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                break
+            time.sleep(0.25)
+    except BaseException:
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    finally:
+        leaked = _reap(list(seen.values()), reap_wait_s)
+    return proc.returncode, timed_out, leaked
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _reap(procs: list[Any], wait_s: float = 10.0) -> int:
+    """Give recorded descendants ``wait_s`` to exit on their own, then kill the rest by pid."""
+    import psutil
+
+    def running(p: Any) -> bool:
+        try:
+            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    deadline = time.time() + wait_s
+    alive = [p for p in procs if running(p)]
+    while alive and time.time() < deadline:
+        time.sleep(0.2)
+        alive = [p for p in alive if running(p)]
+    for p in alive:
+        try:
+            p.kill()  # is_running() compared create times: this is the same process.
+        except psutil.Error:
+            pass
+    return len(alive)
+
+
+# --------------------------------------------------------------------------------------
+def run_kilorl(env: BenchEnv, config: Path, seed: int, budget_s: float, work: Path) -> RunResult:
+    run_dir = work / f"{env.key}-kilorl-seed{seed}"
+    cmd = [
+        sys.executable, "-m", "kilorl.cli.main", "train", str(config), "--run-dir", str(run_dir), "--seed", str(seed),
+        "-o", f"train.stop_return={env.threshold}", "-o", f"logging.return_window={WINDOW}",
+        "-o", "train.torch_threads=1", "-o", "logging.report_every_s=0.2",
+        "-o", "logging.progress=false", "-o", "logging.tensorboard=false",
+    ]
+    t0 = time.time()
+    rc, timed_out, leaked = run_with_deadline(cmd, run_dir / "logs", t0 + budget_s)
+    result = kilorl_result(env, seed, run_dir, rc, timed_out)
+    result.process_wall_s, result.leaked_processes = time.time() - t0, leaked
+    return result
+
+
+def kilorl_result(env: BenchEnv, seed: int, run_dir: Path, rc: int, timed_out: bool) -> RunResult:
+    """Read the run's metrics.jsonl: the first report with a full window at the threshold.
+
+    Every report is written when it happens and the run is killed at its deadline, so a
+    report that exists was made within the budget.
+    """
+    rows = []
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.is_file():
+        rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    base = RunResult("kiloRL", env.key, seed, reached=False, stop_reason="", run_dir=str(run_dir))
+    if rows:
+        last = rows[-1]
+        base.startup_s = last.get("startup_s")
+        base.env_steps_total = last.get("env_steps")
+        base.final_return_mean = last.get("episode_return_mean")
+    hit = next((r for r in rows if r.get("episodes", 0) >= WINDOW and r.get("episode_return_mean") is not None
+                and r["episode_return_mean"] >= env.threshold), None)
+    if hit is not None:
+        base.reached, base.stop_reason = True, "threshold"
+        base.time_s, base.time_incl_startup_s, base.env_steps = hit["train_time"], hit["wall_time"], hit["env_steps"]
+    elif timed_out:
+        base.stop_reason = "budget"
+    elif rc == 0:
+        base.stop_reason = "step_limit"
+    else:
+        base.stop_reason = "crashed"
+    if rc != 0 and not timed_out:
+        base.error = f"exit code {rc}: " + _tail(run_dir / "logs" / "stderr.log")
+    return base
+
+
+def run_sb3(env: BenchEnv, seed: int, budget_s: float, work: Path) -> RunResult:
+    run_dir = work / f"{env.key}-sb3-seed{seed}"
+    out = run_dir / "result.json"
+    t0 = time.time()
+    cmd = [sys.executable, str(HERE / "sb3_worker.py"), "--env", env.gym_id, "--seed", str(seed),
+           "--threshold", str(env.threshold), "--window", str(WINDOW), "--deadline", str(t0 + budget_s),
+           "--out", str(out)]
+    # The worker stops itself at the deadline; the hard kill is only a safety net.
+    rc, timed_out, leaked = run_with_deadline(cmd, run_dir / "logs", t0 + budget_s + 60.0)
+    result = RunResult("SB3", env.key, seed, reached=False, stop_reason="crashed", run_dir=str(run_dir))
+    if rc == 0 and out.is_file():
+        data = json.loads(out.read_text())
+        result = RunResult("SB3", env.key, seed, reached=data["reached"], stop_reason=data["stop_reason"],
+                           time_s=data.get("time_s"), time_incl_startup_s=data.get("time_incl_startup_s"),
+                           env_steps=data.get("env_steps"), startup_s=data["startup_s"],
+                           env_steps_total=data["env_steps_total"], final_return_mean=data["final_return_mean"],
+                           run_dir=str(run_dir))
+    else:
+        result.stop_reason = "budget" if timed_out else "crashed"
+        result.error = f"exit code {rc}: " + _tail(run_dir / "logs" / "stderr.log")
+    result.process_wall_s, result.leaked_processes = time.time() - t0, leaked
+    return result
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    if not path.is_file():
+        return "(no stderr)"
+    return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
+
+
+# --------------------------------------------------------------------------------------
+def median_or_inf(values: list[float | None]) -> float:
+    """Median where a missing value (did not reach) counts as +inf; inf when empty."""
+    finite = [math.inf if v is None else float(v) for v in values]
+    return statistics.median(finite) if finite else math.inf
+
+
+def ratio(a: float, b: float) -> float | None:
+    if math.isinf(a) or math.isinf(b) or b <= 0:
+        return None
+    return a / b
+
+
+@dataclass
+class FrameworkSummary:
+    runs: int
+    reached: int
+    median_time_s: float
+    median_time_incl_startup_s: float
+    median_env_steps: float
+    median_startup_s: float | None
+    failures: list[str] = field(default_factory=list)
+    """``seed N: reason`` for every run that did not reach the threshold."""
+
+
+def summarize(results: list[RunResult]) -> dict[str, Any]:
+    """Per-framework medians (failures as +inf) and the kiloRL/SB3 ratios."""
+    out: dict[str, Any] = {}
+    for fw in FRAMEWORKS:
+        rs = [r for r in results if r.framework == fw]
+        if not rs:
+            continue
+        startups = [r.startup_s for r in rs if r.startup_s is not None]
+        out[fw] = FrameworkSummary(
+            runs=len(rs), reached=sum(r.reached for r in rs),
+            median_time_s=median_or_inf([r.time_s for r in rs]),
+            median_time_incl_startup_s=median_or_inf([r.time_incl_startup_s for r in rs]),
+            median_env_steps=median_or_inf([r.env_steps for r in rs]),
+            median_startup_s=statistics.median(startups) if startups else None,
+            failures=[f"seed {r.seed}: {r.stop_reason}" + (f" ({r.error})" if r.error else "") for r in rs if not r.reached],
+        )
+    if all(fw in out for fw in FRAMEWORKS):
+        k, s = out["kiloRL"], out["SB3"]
+        out["ratio"] = {
+            "time": ratio(k.median_time_s, s.median_time_s),
+            "time_incl_startup": ratio(k.median_time_incl_startup_s, s.median_time_incl_startup_s),
+            "env_steps": ratio(k.median_env_steps, s.median_env_steps),
+        }
+    return out
+
+
+def _fmt(v: float | None, digits: int = 1, thousands: bool = False) -> str:
+    if v is None:
+        return "n/a"
+    if math.isinf(v):
+        return "not reached"
+    return f"{v:,.0f}" if thousands else f"{v:.{digits}f}"
+
+
+def markdown(env: BenchEnv, results: list[RunResult], summary: dict[str, Any], budget_s: float) -> str:
+    seeds = sorted({r.seed for r in results})
+    lines = [
+        f"### {env.gym_id}: time to a {WINDOW}-episode rolling mean of {env.threshold:g}",
+        f"seeds {', '.join(map(str, seeds))}; budget {budget_s:g} s per run; medians count runs that "
+        f"did not reach the threshold as infinitely slow.",
+        "",
+        "| framework | reached | median time (s), excl. start-up | median time (s), incl. start-up "
+        "| median env steps | median start-up (s) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for fw in FRAMEWORKS:
+        if fw in summary:
+            s = summary[fw]
+            lines.append(f"| {fw} | {s.reached}/{s.runs} | {_fmt(s.median_time_s)} | {_fmt(s.median_time_incl_startup_s)} "
+                         f"| {_fmt(s.median_env_steps, thousands=True)} | {_fmt(s.median_startup_s)} |")
+    if "ratio" in summary:
+        r = summary["ratio"]
+        lines.append(f"| **ratio kiloRL/SB3** | | **{_fmt(r['time'], 2)}** | {_fmt(r['time_incl_startup'], 2)} "
+                     f"| {_fmt(r['env_steps'], 2)} | |")
+    lines += ["", "| run | framework | seed | reached | time (s) excl. / incl. start-up | env steps | start-up (s) "
+              "| stop | last return mean |", "|---|---|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(results, 1):
+        lines.append(f"| {i} | {r.framework} | {r.seed} | {'yes' if r.reached else 'NO'} "
+                     f"| {_fmt(r.time_s)} / {_fmt(r.time_incl_startup_s)} | {_fmt(r.env_steps, thousands=True)} "
+                     f"| {_fmt(r.startup_s)} | {r.stop_reason} | {_fmt(r.final_return_mean)} |")
+    for fw in FRAMEWORKS:
+        if fw in summary:
+            lines += [f"\n- {fw} did not reach the threshold: {failure}" for failure in summary[fw].failures]
+    leaked = sum(r.leaked_processes for r in results)
+    if leaked:
+        lines.append(f"\n- {leaked} process(es) outlived their run by 10 s and were killed (see JSON).")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------
+def parse_seeds(text: str) -> list[int]:
+    """``3`` -> seeds 1, 2, 3; ``1,5,9`` -> exactly those."""
+    try:
+        if "," in text:
+            seeds = [int(s) for s in text.split(",") if s.strip()]
+        else:
+            seeds = list(range(1, int(text) + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds: expected a count (3) or a list (1,5,9), got {text!r}") from None
+    if not seeds:
+        raise argparse.ArgumentTypeError("--seeds: need at least one seed")
+    return seeds
+
+
+def parse_envs(text: str) -> list[str]:
+    keys = [k.strip() for k in text.split(",") if k.strip()]
+    unknown = [k for k in keys if k not in ENVS]
+    if unknown or not keys:
+        raise argparse.ArgumentTypeError(f"--envs: unknown {unknown or text!r}; allowed: {', '.join(ENVS)}")
+    return keys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--envs", type=parse_envs, default=list(ENVS), help=f"comma list of {', '.join(ENVS)}")
+    p.add_argument("--seeds", type=parse_seeds, default=parse_seeds("3"), help="count (3 = seeds 1..3) or list 1,5,9")
+    p.add_argument("--budget-s", type=float, help="wall-clock budget per run, seconds "
+                   f"(default: {', '.join(f'{e.key} {e.budget_s:g}' for e in ENVS.values())})")
+    for e in ENVS.values():
+        p.add_argument(f"--{e.key}-config", type=Path, default=REPO / e.default_config,
+                       help=f"kiloRL config for {e.gym_id} (default {e.default_config})")
+    p.add_argument("--json-out", type=Path, help="write all runs and summaries here as JSON")
+    p.add_argument("--work-dir", type=Path, help="where run directories go (default runs/ppo_vs_peers/<time>)")
+    return p
+
+
+def check_config(env: BenchEnv, path: Path) -> str | None:
+    """None when ``path`` is a valid kiloRL config for ``env``; otherwise why not."""
+    from kilorl.config import ConfigError, load_config
+
+    if not path.is_file():
+        return f"kiloRL config {path} not found"
+    try:
+        cfg = load_config(str(path))
+    except (ConfigError, FileNotFoundError) as err:
+        return f"kiloRL config {path} is invalid: {err}"
+    if cfg.env.id != env.gym_id:
+        return f"kiloRL config {path} trains {cfg.env.id}, not {env.gym_id}"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.budget_s is not None and args.budget_s <= 0:
+        print("error: --budget-s must be positive", file=sys.stderr)
+        return 2
+    started = datetime.now(timezone.utc)
+    work = args.work_dir or REPO / "runs" / "ppo_vs_peers" / started.strftime("%Y%m%d-%H%M%S")
+    report: dict[str, Any] = {"started_utc": started.isoformat(timespec="seconds"), "command": sys.argv,
+                              "cpu_count": os.cpu_count(), "window": WINDOW, "envs": {}}
+    for key in args.envs:
+        env = ENVS[key]
+        config = getattr(args, f"{key}_config")
+        problem = check_config(env, config)
+        if problem:
+            print(f"skipping {env.gym_id}: {problem}\n", flush=True)
+            report["envs"][key] = {"skipped": problem}
+            continue
+        budget = args.budget_s or env.budget_s
+        results: list[RunResult] = []
+        for i, seed in enumerate(args.seeds):
+            order = ("kiloRL", "SB3") if i % 2 == 0 else ("SB3", "kiloRL")
+            for fw in order:
+                print(f"[{datetime.now(timezone.utc):%H:%M:%S}] {env.gym_id} {fw} seed {seed} ...", file=sys.stderr, flush=True)
+                r = run_kilorl(env, config, seed, budget, work) if fw == "kiloRL" else run_sb3(env, seed, budget, work)
+                results.append(r)
+                print(f"    reached={r.reached} time_s={_fmt(r.time_s)} steps={_fmt(r.env_steps, thousands=True)} "
+                      f"stop={r.stop_reason}" + (f" error={r.error}" if r.error else ""), file=sys.stderr, flush=True)
+        summary = summarize(results)
+        print(markdown(env, results, summary, budget) + "\n", flush=True)
+        report["envs"][key] = {
+            "gym_id": env.gym_id, "threshold": env.threshold, "budget_s": budget, "kilorl_config": str(config),
+            "runs": [asdict(r) for r in results],
+            "summary": {k: asdict(v) if isinstance(v, FrameworkSummary) else v for k, v in summary.items()},
+        }
+        if key == "cartpole" and summary.get("ratio", {}).get("time") is not None:
+            met = summary["ratio"]["time"] <= 0.6
+            print(f"Goal (issue 2): kiloRL/SB3 median time ratio <= 0.6 on CartPole (excl. start-up): "
+                  f"{'met' if met else 'NOT met'} ({summary['ratio']['time']:.2f}).\n", flush=True)
+    if args.json_out:
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        args.json_out.write_text(json.dumps(_json_safe(report), indent=2) + "\n")
+    return 0
+
+
+def _json_safe(value: Any) -> Any:
+    """JSON has no infinity: a median of 'not reached' becomes null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

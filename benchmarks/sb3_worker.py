@@ -1,0 +1,126 @@
+"""One Stable-Baselines3 PPO run with rl-zoo hyperparameters, stopped at a return threshold.
+
+Run by ``ppo_vs_peers.py`` in its own subprocess (one run = one process, like kiloRL's
+``kilorl train``); writes one JSON object to ``--out``. Torch is pinned to one thread,
+as kiloRL's learner is, so neither side wins by grabbing both cores' BLAS threads.
+
+Usage: ``python benchmarks/sb3_worker.py --env CartPole-v1 --seed 1 --threshold 475
+--deadline EPOCH_S --out result.json``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+
+def _threshold_callback(threshold: float, window: int, deadline: float) -> Any:
+    """Build the callback lazily so importing this module needs no SB3."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class ThresholdCallback(BaseCallback):
+        """Stops training when the mean of the last ``window`` finished episodes reaches ``threshold``.
+
+        Episode returns come from Monitor's ``info["episode"]["r"]`` (what SB3's own
+        ``ep_info_buffer`` holds). The buffer itself cannot be read in ``_on_step``: SB3
+        calls ``on_step`` before ``_update_info_buffer`` for the same env step, so this
+        keeps its own window and checks at each rollout end that it equals SB3's.
+        """
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.returns: deque[float] = deque(maxlen=window)
+            self.episodes = 0
+            self.train_start: float | None = None
+            self.reached: dict[str, float] | None = None
+            self.stop_reason = "step_limit"
+
+        def _on_training_start(self) -> None:
+            self.train_start = time.time()
+
+        def _on_step(self) -> bool:
+            for info in self.locals["infos"]:
+                episode = info.get("episode")
+                if episode is not None:
+                    self.returns.append(float(episode["r"]))
+                    self.episodes += 1
+            now = time.time()
+            if len(self.returns) == window and sum(self.returns) / window >= threshold:
+                self.reached = {"env_steps": int(self.num_timesteps), "at": now,
+                                "return_mean": sum(self.returns) / window}
+                self.stop_reason = "threshold"
+                return False
+            if now >= deadline:
+                self.stop_reason = "budget"
+                return False
+            return True
+
+        def _on_rollout_end(self) -> None:
+            sb3_window = [float(e["r"]) for e in self.model.ep_info_buffer]
+            if sb3_window != list(self.returns):
+                raise RuntimeError(f"return window diverged from SB3's ep_info_buffer: "
+                                   f"{list(self.returns)} != {sb3_window}")
+
+    return ThresholdCallback()
+
+
+def run(env_id: str, seed: int, threshold: float, window: int, deadline: float) -> dict[str, Any]:
+    """Train until the threshold, the deadline or rl-zoo's n_timesteps; return the measurements."""
+    import torch
+
+    torch.set_num_threads(1)
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from zoo_hyperparams import ZOO_PPO, resolve_schedules
+
+    entry = ZOO_PPO[env_id]
+    t_entry = time.time()
+    # make_vec_env wraps every env in Monitor (episode returns before any normalization).
+    env = make_vec_env(env_id, n_envs=entry.n_envs, seed=seed)
+    if entry.normalize:
+        env = VecNormalize(env, gamma=entry.ppo_kwargs.get("gamma", 0.99))
+    model = PPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, stats_window_size=window,
+                policy_kwargs=entry.policy_kwargs or None, **resolve_schedules(entry.ppo_kwargs))
+    callback = _threshold_callback(threshold, window, deadline)
+    model.learn(total_timesteps=entry.n_timesteps, callback=callback)
+    end = time.time()
+    env.close()
+    result: dict[str, Any] = {
+        "reached": callback.reached is not None,
+        "stop_reason": callback.stop_reason,
+        "startup_s": (callback.train_start or end) - t_entry,
+        "env_steps_total": int(model.num_timesteps),
+        "episodes": callback.episodes,
+        "final_return_mean": sum(callback.returns) / len(callback.returns) if callback.returns else None,
+        "torch_threads": torch.get_num_threads(),
+        "zoo_entry": entry.zoo_key,
+    }
+    if callback.reached is not None:
+        result["env_steps"] = callback.reached["env_steps"]
+        result["time_s"] = callback.reached["at"] - callback.train_start
+        result["time_incl_startup_s"] = callback.reached["at"] - t_entry
+    return result
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--env", required=True, help="Gymnasium id with an rl-zoo entry in zoo_hyperparams")
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--threshold", type=float, required=True)
+    p.add_argument("--window", type=int, default=20, help="episodes in the rolling mean")
+    p.add_argument("--deadline", type=float, required=True, help="absolute time.time() to give up at")
+    p.add_argument("--out", type=Path, required=True, help="JSON result file")
+    args = p.parse_args()
+    result = run(args.env, args.seed, args.threshold, args.window, args.deadline)
+    args.out.write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

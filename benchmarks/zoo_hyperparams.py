@@ -1,0 +1,105 @@
+"""rl-baselines3-zoo PPO hyperparameters for the envs the peer benchmark runs.
+
+Copied from DLR-RM/rl-baselines3-zoo ``hyperparams/ppo.yml`` at commit
+208b6fdf3a9aa24de44b2e068c6e5f6a07d97fcc (https://github.com/DLR-RM/rl-baselines3-zoo/blob/
+208b6fdf3a9aa24de44b2e068c6e5f6a07d97fcc/hyperparams/ppo.yml):
+
+    CartPole-v1:              # "# Tuned"
+      n_envs: 8
+      n_timesteps: !!float 1e5
+      policy: 'MlpPolicy'
+      n_steps: 32
+      batch_size: 256
+      gae_lambda: 0.8
+      gamma: 0.98
+      n_epochs: 20
+      ent_coef: 0.0
+      learning_rate: lin_0.001
+      clip_range: lin_0.2
+
+    LunarLander-v2:
+      n_envs: 16
+      n_timesteps: !!float 1e6
+      policy: 'MlpPolicy'
+      n_steps: 1024
+      batch_size: 64
+      gae_lambda: 0.98
+      gamma: 0.999
+      n_epochs: 4
+      ent_coef: 0.01
+
+Neither entry sets ``normalize`` (so no VecNormalize) nor ``policy_kwargs`` (so SB3's
+MlpPolicy defaults: separate 64-64 tanh pi/vf networks, orthogonal init); unset keys
+take SB3's PPO defaults (learning_rate 3e-4, clip_range 0.2, vf_coef 0.5,
+max_grad_norm 0.5). The zoo's LunarLander entry is still keyed ``-v2`` at that commit;
+Gymnasium 1.x only ships ``LunarLander-v3`` (same task, v2's bug fixes), so the
+benchmark applies the entry to v3. ``lin_X`` is the zoo's ``linear_schedule(X)``:
+``progress_remaining * X``, where SB3's progress_remaining falls from 1 to 0 over
+``n_timesteps``; the schedules are therefore only faithful when ``learn`` is called
+with ``total_timesteps = n_timesteps``, which is what the benchmark does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+ZOO_COMMIT = "208b6fdf3a9aa24de44b2e068c6e5f6a07d97fcc"
+ZOO_SOURCE = f"https://github.com/DLR-RM/rl-baselines3-zoo/blob/{ZOO_COMMIT}/hyperparams/ppo.yml"
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    """One env's rl-zoo PPO entry, split the way rl-zoo's ExperimentManager splits it."""
+
+    zoo_key: str
+    """The key of the entry in ppo.yml (may name an older env version)."""
+    n_envs: int
+    """Parallel envs in the DummyVecEnv (rl-zoo's default vec env type)."""
+    n_timesteps: int
+    """Training length; also the horizon of the linear schedules."""
+    ppo_kwargs: dict[str, Any]
+    """Keyword arguments for ``stable_baselines3.PPO`` (``lin_X`` kept as strings)."""
+    normalize: bool = False
+    """Wrap the vec env in VecNormalize (rl-zoo passes gamma to it)."""
+    policy_kwargs: dict[str, Any] = field(default_factory=dict)
+    """``policy_kwargs`` of the entry (empty: SB3 defaults)."""
+
+
+ZOO_PPO: dict[str, ZooEntry] = {
+    "CartPole-v1": ZooEntry(
+        zoo_key="CartPole-v1",
+        n_envs=8,
+        n_timesteps=100_000,
+        ppo_kwargs=dict(
+            n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
+            learning_rate="lin_0.001", clip_range="lin_0.2",
+        ),
+    ),
+    "LunarLander-v3": ZooEntry(
+        zoo_key="LunarLander-v2",
+        n_envs=16,
+        n_timesteps=1_000_000,
+        ppo_kwargs=dict(n_steps=1024, batch_size=64, gae_lambda=0.98, gamma=0.999, n_epochs=4, ent_coef=0.01),
+    ),
+}
+
+
+def linear_schedule(initial_value: float) -> Callable[[float], float]:
+    """rl-zoo's ``linear_schedule``: the value times SB3's progress_remaining (1 -> 0)."""
+
+    def schedule(progress_remaining: float) -> float:
+        return progress_remaining * initial_value
+
+    return schedule
+
+
+def resolve_schedules(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Turn rl-zoo's ``lin_X`` strings into schedules, as rl-zoo's hyperparameter parser does."""
+    out: dict[str, Any] = {}
+    for key, value in kwargs.items():
+        if isinstance(value, str) and value.startswith("lin_"):
+            out[key] = linear_schedule(float(value.removeprefix("lin_")))
+        else:
+            out[key] = value
+    return out
