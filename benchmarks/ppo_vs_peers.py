@@ -169,13 +169,15 @@ def _reap(procs: list[Any], wait_s: float = 10.0) -> int:
 
 
 # --------------------------------------------------------------------------------------
-def run_kilorl(env: BenchEnv, config: Path, seed: int, budget_s: float, work: Path) -> RunResult:
+def run_kilorl(env: BenchEnv, config: Path, seed: int, budget_s: float, work: Path,
+               overrides: list[str] = ()) -> RunResult:
     run_dir = work / f"{env.key}-kilorl-seed{seed}"
     cmd = [
         sys.executable, "-m", "kilorl.cli.main", "train", str(config), "--run-dir", str(run_dir), "--seed", str(seed),
         "-o", f"train.stop_return={env.threshold}", "-o", f"logging.return_window={WINDOW}",
         "-o", "train.torch_threads=1", "-o", "logging.report_every_s=0.2",
         "-o", "logging.progress=false", "-o", "logging.tensorboard=false",
+        *(arg for o in overrides for arg in ("-o", o)),
     ]
     t0 = time.time()
     rc, timed_out, leaked = run_with_deadline(cmd, run_dir / "logs", t0 + budget_s)
@@ -305,12 +307,14 @@ def _fmt(v: float | None, digits: int = 1, thousands: bool = False) -> str:
     return f"{v:,.0f}" if thousands else f"{v:.{digits}f}"
 
 
-def markdown(env: BenchEnv, results: list[RunResult], summary: dict[str, Any], budget_s: float) -> str:
+def markdown(env: BenchEnv, results: list[RunResult], summary: dict[str, Any], budget_s: float,
+             kilorl_config: str = "", overrides: list[str] = ()) -> str:
     seeds = sorted({r.seed for r in results})
     lines = [
         f"### {env.gym_id}: time to a {WINDOW}-episode rolling mean of {env.threshold:g}",
         f"seeds {', '.join(map(str, seeds))}; budget {budget_s:g} s per run; medians count runs that "
         f"did not reach the threshold as infinitely slow.",
+        f"kiloRL: `{kilorl_config}`" + "".join(f" `-o {o}`" for o in overrides) + "; SB3: rl-zoo PPO entry.",
         "",
         "| framework | reached | median time (s), excl. start-up | median time (s), incl. start-up "
         "| median env steps | median start-up (s) |",
@@ -325,12 +329,14 @@ def markdown(env: BenchEnv, results: list[RunResult], summary: dict[str, Any], b
         r = summary["ratio"]
         lines.append(f"| **ratio kiloRL/SB3** | | **{_fmt(r['time'], 2)}** | {_fmt(r['time_incl_startup'], 2)} "
                      f"| {_fmt(r['env_steps'], 2)} | |")
-    lines += ["", "| run | framework | seed | reached | time (s) excl. / incl. start-up | env steps | start-up (s) "
-              "| stop | last return mean |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| run | framework | seed | reached | time (s) excl. / incl. start-up | env steps "
+              "| env steps/s to threshold | start-up (s) | stop | last return mean |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(results, 1):
+        sps = r.env_steps / r.time_s if r.env_steps and r.time_s else None
         lines.append(f"| {i} | {r.framework} | {r.seed} | {'yes' if r.reached else 'NO'} "
                      f"| {_fmt(r.time_s)} / {_fmt(r.time_incl_startup_s)} | {_fmt(r.env_steps, thousands=True)} "
-                     f"| {_fmt(r.startup_s)} | {r.stop_reason} | {_fmt(r.final_return_mean)} |")
+                     f"| {_fmt(sps, thousands=True)} | {_fmt(r.startup_s)} | {r.stop_reason} | {_fmt(r.final_return_mean)} |")
     for fw in FRAMEWORKS:
         if fw in summary:
             lines += [f"\n- {fw} did not reach the threshold: {failure}" for failure in summary[fw].failures]
@@ -372,19 +378,21 @@ def build_parser() -> argparse.ArgumentParser:
     for e in ENVS.values():
         p.add_argument(f"--{e.key}-config", type=Path, default=REPO / e.default_config,
                        help=f"kiloRL config for {e.gym_id} (default {e.default_config})")
+    p.add_argument("--kilorl-override", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="extra -o override for every kiloRL run (repeatable; recorded in the JSON)")
     p.add_argument("--json-out", type=Path, help="write all runs and summaries here as JSON")
     p.add_argument("--work-dir", type=Path, help="where run directories go (default runs/ppo_vs_peers/<time>)")
     return p
 
 
-def check_config(env: BenchEnv, path: Path) -> str | None:
+def check_config(env: BenchEnv, path: Path, overrides: list[str] = ()) -> str | None:
     """None when ``path`` is a valid kiloRL config for ``env``; otherwise why not."""
     from kilorl.config import ConfigError, load_config
 
     if not path.is_file():
         return f"kiloRL config {path} not found"
     try:
-        cfg = load_config(str(path))
+        cfg = load_config(str(path), list(overrides))
     except (ConfigError, FileNotFoundError) as err:
         return f"kiloRL config {path} is invalid: {err}"
     if cfg.env.id != env.gym_id:
@@ -404,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     for key in args.envs:
         env = ENVS[key]
         config = getattr(args, f"{key}_config")
-        problem = check_config(env, config)
+        problem = check_config(env, config, args.kilorl_override)
         if problem:
             print(f"skipping {env.gym_id}: {problem}\n", flush=True)
             report["envs"][key] = {"skipped": problem}
@@ -415,14 +423,18 @@ def main(argv: list[str] | None = None) -> int:
             order = ("kiloRL", "SB3") if i % 2 == 0 else ("SB3", "kiloRL")
             for fw in order:
                 print(f"[{datetime.now(timezone.utc):%H:%M:%S}] {env.gym_id} {fw} seed {seed} ...", file=sys.stderr, flush=True)
-                r = run_kilorl(env, config, seed, budget, work) if fw == "kiloRL" else run_sb3(env, seed, budget, work)
+                if fw == "kiloRL":
+                    r = run_kilorl(env, config, seed, budget, work, args.kilorl_override)
+                else:
+                    r = run_sb3(env, seed, budget, work)
                 results.append(r)
                 print(f"    reached={r.reached} time_s={_fmt(r.time_s)} steps={_fmt(r.env_steps, thousands=True)} "
                       f"stop={r.stop_reason}" + (f" error={r.error}" if r.error else ""), file=sys.stderr, flush=True)
         summary = summarize(results)
-        print(markdown(env, results, summary, budget) + "\n", flush=True)
+        print(markdown(env, results, summary, budget, _shown(config), args.kilorl_override) + "\n", flush=True)
         report["envs"][key] = {
-            "gym_id": env.gym_id, "threshold": env.threshold, "budget_s": budget, "kilorl_config": str(config),
+            "gym_id": env.gym_id, "threshold": env.threshold, "budget_s": budget, "kilorl_config": _shown(config),
+            "kilorl_overrides": args.kilorl_override,
             "runs": [asdict(r) for r in results],
             "summary": {k: asdict(v) if isinstance(v, FrameworkSummary) else v for k, v in summary.items()},
         }
@@ -434,6 +446,14 @@ def main(argv: list[str] | None = None) -> int:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
         args.json_out.write_text(json.dumps(_json_safe(report), indent=2) + "\n")
     return 0
+
+
+def _shown(path: Path) -> str:
+    """A config path as the reader would type it: relative to the repository when inside it."""
+    try:
+        return str(path.resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
 
 
 def _json_safe(value: Any) -> Any:

@@ -132,7 +132,9 @@ def test_config_check_names_the_problem(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("env:\n  id: CartPole-v1\nalgo:\n  lr: fast\n")
     assert "algo.lr" in pvp.check_config(CARTPOLE, bad)
-    assert pvp.check_config(CARTPOLE, BENCH.parent / CARTPOLE.default_config) is None
+    example = BENCH.parent / CARTPOLE.default_config
+    assert pvp.check_config(CARTPOLE, example) is None
+    assert "algo.update_epochs" in pvp.check_config(CARTPOLE, example, ["algo.update_epochs=0"])
 
 
 def test_missing_lunarlander_config_is_skipped_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
