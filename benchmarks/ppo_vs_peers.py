@@ -95,7 +95,7 @@ class RunResult:
 # --------------------------------------------------------------------------------------
 # Subprocesses with a deadline; every descendant is tracked by pid and reaped.
 def run_with_deadline(cmd: list[str], log_dir: Path, deadline: float, grace_s: float = 30.0,
-                      reap_wait_s: float = 10.0) -> tuple[int, bool, int]:
+                      reap_wait_s: float = 10.0, extra_env: dict[str, str] | None = None) -> tuple[int, bool, int]:
     """Run ``cmd`` until it exits or ``deadline``; returns (returncode, timed_out, leaked).
 
     On the deadline the process group gets SIGINT (kilorl's trainer then shuts Ray down
@@ -104,7 +104,7 @@ def run_with_deadline(cmd: list[str], log_dir: Path, deadline: float, grace_s: f
     """
     import psutil
 
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **(extra_env or {})}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
     log_dir.mkdir(parents=True, exist_ok=True)
     with (log_dir / "stdout.log").open("wb") as out, (log_dir / "stderr.log").open("wb") as err:
@@ -179,8 +179,11 @@ def run_kilorl(env: BenchEnv, config: Path, seed: int, budget_s: float, work: Pa
         "-o", "logging.progress=false", "-o", "logging.tensorboard=false",
         *(arg for o in overrides for arg in ("-o", o)),
     ]
+    # Ray's ray.init() without an address joins the newest `ray start` cluster on the machine
+    # (/tmp/ray/ray_current_cluster), e.g. another user's; "local" always starts a private one.
+    ray_env = {} if os.environ.get("RAY_ADDRESS") else {"RAY_ADDRESS": "local"}
     t0 = time.time()
-    rc, timed_out, leaked = run_with_deadline(cmd, run_dir / "logs", t0 + budget_s)
+    rc, timed_out, leaked = run_with_deadline(cmd, run_dir / "logs", t0 + budget_s, extra_env=ray_env)
     result = kilorl_result(env, seed, run_dir, rc, timed_out)
     result.process_wall_s, result.leaked_processes = time.time() - t0, leaked
     return result
