@@ -364,6 +364,13 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+def parse_frameworks(text: str) -> list[str]:
+    names = [k.strip() for k in text.split(",") if k.strip()]
+    if not names or any(n not in FRAMEWORKS for n in names):
+        raise argparse.ArgumentTypeError(f"--frameworks: got {text!r}; allowed: {', '.join(FRAMEWORKS)}")
+    return names
+
+
 def parse_envs(text: str) -> list[str]:
     keys = [k.strip() for k in text.split(",") if k.strip()]
     unknown = [k for k in keys if k not in ENVS]
@@ -376,6 +383,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--envs", type=parse_envs, default=list(ENVS), help=f"comma list of {', '.join(ENVS)}")
     p.add_argument("--seeds", type=parse_seeds, default=parse_seeds("3"), help="count (3 = seeds 1..3) or list 1,5,9")
+    p.add_argument("--frameworks", type=parse_frameworks, default=list(FRAMEWORKS),
+                   help="comma list of kiloRL, SB3 (one alone: no ratio; handy when tuning a config)")
     p.add_argument("--budget-s", type=float, help="wall-clock budget per run, seconds "
                    f"(default: {', '.join(f'{e.key} {e.budget_s:g}' for e in ENVS.values())})")
     for e in ENVS.values():
@@ -424,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         results: list[RunResult] = []
         for i, seed in enumerate(args.seeds):
             order = ("kiloRL", "SB3") if i % 2 == 0 else ("SB3", "kiloRL")
-            for fw in order:
+            for fw in (f for f in order if f in args.frameworks):
                 print(f"[{datetime.now(timezone.utc):%H:%M:%S}] {env.gym_id} {fw} seed {seed} ...", file=sys.stderr, flush=True)
                 if fw == "kiloRL":
                     r = run_kilorl(env, config, seed, budget, work, args.kilorl_override)

@@ -151,6 +151,9 @@ def test_cli_arguments() -> None:
     assert pvp.parse_envs("cartpole, lunarlander") == ["cartpole", "lunarlander"]
     with pytest.raises(argparse.ArgumentTypeError, match="allowed: cartpole, lunarlander"):
         pvp.parse_envs("pong")
+    assert pvp.parse_frameworks("SB3") == ["SB3"]
+    with pytest.raises(argparse.ArgumentTypeError, match="allowed: kiloRL, SB3"):
+        pvp.parse_frameworks("rllib")
     with pytest.raises(argparse.ArgumentTypeError, match="--seeds"):
         pvp.parse_seeds("three")
 
