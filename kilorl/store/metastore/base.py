@@ -29,6 +29,10 @@ class MetastoreError(Exception):
     """Base class of metastore failures."""
 
 
+class MetastoreClosed(MetastoreError):
+    """This client was closed; nothing more will work through it."""
+
+
 class MetastoreUnavailable(MetastoreError):
     """The backend cannot be reached (etcd down, connection refused, timeout)."""
 

@@ -26,7 +26,7 @@ from kilorl.store.metastore.base import (
     Lease,
     LeaseNotFound,
     Metastore,
-    MetastoreError,
+    MetastoreClosed,
     RangeResult,
     Watch,
     WatchEvent,
@@ -83,7 +83,7 @@ class BuiltinMetastore(Metastore):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise MetastoreError("metastore is closed")
+            raise MetastoreClosed("metastore is closed")
 
     def _commit(self, events: list[WatchEvent]) -> None:
         """Record one revision's events and push them to matching watchers."""

@@ -28,6 +28,7 @@ from kilorl.store.metastore.base import (
     Lease,
     LeaseNotFound,
     Metastore,
+    MetastoreClosed,
     MetastoreError,
     MetastoreUnavailable,
     RangeResult,
@@ -156,7 +157,7 @@ class EtcdMetastore(Metastore):
 
     def _call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         if self._closed:
-            raise MetastoreError("metastore is closed")
+            raise MetastoreClosed("metastore is closed")
         payload = json.dumps(body).encode("ascii")
         headers = {"Content-Type": "application/json"}
         for attempt in range(2):
@@ -279,7 +280,7 @@ class EtcdMetastore(Metastore):
         if not isinstance(prefix, (bytes, bytearray)):
             raise TypeError(f"prefix must be bytes, got {type(prefix).__name__}")
         if self._closed:
-            raise MetastoreError("metastore is closed")
+            raise MetastoreClosed("metastore is closed")
         create: dict[str, Any] = {"key": _b64(bytes(prefix) or b"\0"), "range_end": _b64(prefix_end(bytes(prefix)))}
         if start_revision > 0:
             create["start_revision"] = str(start_revision)

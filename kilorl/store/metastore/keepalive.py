@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Callable
 
-from kilorl.store.metastore.base import LeaseNotFound, Metastore, MetastoreError
+from kilorl.store.metastore.base import LeaseNotFound, Metastore, MetastoreClosed, MetastoreError
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,8 @@ class LeaseKeeper:
             except LeaseNotFound as exc:
                 self._lose(exc)
                 return
+            except MetastoreClosed:
+                return  # our owner is shutting down
             except MetastoreError as exc:
                 if time.monotonic() - last_ok > self.ttl:
                     self._lose(exc)
