@@ -45,7 +45,6 @@ from kilorl.store.metastore.base import (
     MetastoreClosed,
     MetastoreError,
     Watch,
-    WatchClosed,
 )
 from kilorl.store.metastore.keepalive import LeaseKeeper
 from kilorl.store.ring import DEFAULT_VNODES, HashRing, RangeMove, diff, validate_member_id
@@ -243,17 +242,40 @@ class ClusterView:
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
         self.error: Exception | None = None
+        self.resyncs = 0  # times the watch was re-established after an outage
 
     def start(self) -> "ClusterView":
-        snapshot = self.store.range(self.config.prefix.encode())
-        ring_kv = next((kv for kv in snapshot.kvs if kv.key == self.config.ring_key), None)
-        with self._cond:
-            self._state = self._delivered = RingState.from_kv(ring_kv, self.config.vnodes)
-            self._members = _live_members(snapshot.kvs, self.config)
-        self._watch = self.store.watch(self.config.prefix.encode(), start_revision=snapshot.revision + 1)
+        self._resync(initial=True)
         self._thread = threading.Thread(target=self._run, name="cluster-view", daemon=True)
         self._thread.start()
         return self
+
+    def _resync(self, initial: bool = False) -> None:
+        """Snapshot ring and members, then watch from right after the snapshot (no gap).
+
+        After an outage (etcd restarted, watch compacted) the view catches up
+        here; subscribers then get one change that may span several epochs, which
+        is still exact for handoff because moves are the diff of the two rings.
+        """
+        prefix = self.config.prefix.encode()
+        snapshot = self.store.range(prefix)
+        ring_kv = next((kv for kv in snapshot.kvs if kv.key == self.config.ring_key), None)
+        state = RingState.from_kv(ring_kv, self.config.vnodes)
+        members = _live_members(snapshot.kvs, self.config)
+        self._watch = self.store.watch(prefix, start_revision=snapshot.revision + 1)
+        if initial:
+            with self._cond:
+                self._state = self._delivered = state
+                self._members = members
+            return
+        with self._cond:
+            old_members = self._members
+        for member_id in sorted(set(old_members) - set(members)):
+            self._set_member(member_id, None)
+        for member_id, info in sorted(members.items()):
+            if old_members.get(member_id) != info:
+                self._set_member(member_id, info)
+        self._set_ring(state)
 
     @property
     def state(self) -> RingState:
@@ -294,14 +316,28 @@ class ClusterView:
             return self._delivered
 
     def _run(self) -> None:
-        assert self._watch is not None
+        backoff = 0.1
         try:
             while not self._stopped.is_set():
-                batch = self._watch.get(timeout=0.5)
-                for event in batch or ():
-                    self._apply(event)
-        except WatchClosed:
-            pass
+                try:
+                    if self._watch is None:
+                        self._resync()
+                        self.resyncs += 1
+                        backoff = 0.1
+                    batch = self._watch.get(timeout=0.5)
+                    for event in batch or ():
+                        self._apply(event)
+                except MetastoreClosed:
+                    return
+                except MetastoreError as exc:  # stream ended, compacted, etcd unreachable
+                    if self._stopped.is_set():
+                        return
+                    log.warning("cluster view lost its watch (%s); resyncing in %.1fs", exc, backoff)
+                    if self._watch is not None:
+                        self._watch.close()
+                        self._watch = None
+                    self._stopped.wait(backoff)
+                    backoff = min(2.0, backoff * 2)
         except Exception as exc:  # noqa: BLE001 - surfaced through .error and wait_for
             if not self._stopped.is_set():
                 log.exception("cluster view stopped")
@@ -315,22 +351,9 @@ class ClusterView:
         key = event.kv.key
         if key == self.config.ring_key:
             if event.type == "DELETE":
-                new = RingState(self._state.epoch, HashRing((), self.config.vnodes), 0)
+                self._set_ring(RingState(self._state.epoch, HashRing((), self.config.vnodes), 0))
             else:
-                new = RingState.from_kv(event.kv, self.config.vnodes)
-            with self._cond:
-                old, self._state = self._state, new
-                subscribers = list(self._subscribers)
-            if new.ring != old.ring:
-                change = RingChange(old, new, diff(old.ring, new.ring, self.config.replicas))
-                for callback in subscribers:
-                    try:
-                        callback(change)
-                    except Exception:  # one bad subscriber must not starve the others
-                        log.exception("ring subscriber failed on epoch %d", new.epoch)
-            with self._cond:
-                self._delivered = new
-                self._cond.notify_all()
+                self._set_ring(RingState.from_kv(event.kv, self.config.vnodes))
         elif key.startswith(self.config.members_prefix):
             member_id = key[len(self.config.members_prefix) :].decode(errors="replace")
             info = None
@@ -339,18 +362,36 @@ class ClusterView:
                     info = MemberInfo.from_bytes(event.kv.value)
                 except (ValueError, KeyError, TypeError):
                     return
-            with self._cond:
-                if info is None:
-                    self._members.pop(member_id, None)
-                else:
-                    self._members[member_id] = info
-                listeners = list(self._member_listeners)
-                self._cond.notify_all()
-            for callback in listeners:
+            self._set_member(member_id, info)
+
+    def _set_ring(self, new: RingState) -> None:
+        with self._cond:
+            old, self._state = self._state, new
+            subscribers = list(self._subscribers)
+        if new.ring != old.ring:
+            change = RingChange(old, new, diff(old.ring, new.ring, self.config.replicas))
+            for callback in subscribers:
                 try:
-                    callback(member_id, info)
-                except Exception:
-                    log.exception("member listener failed on %s", member_id)
+                    callback(change)
+                except Exception:  # one bad subscriber must not starve the others
+                    log.exception("ring subscriber failed on epoch %d", new.epoch)
+        with self._cond:
+            self._delivered = new
+            self._cond.notify_all()
+
+    def _set_member(self, member_id: str, info: MemberInfo | None) -> None:
+        with self._cond:
+            if info is None:
+                self._members.pop(member_id, None)
+            else:
+                self._members[member_id] = info
+            listeners = list(self._member_listeners)
+            self._cond.notify_all()
+        for callback in listeners:
+            try:
+                callback(member_id, info)
+            except Exception:  # noqa: BLE001
+                log.exception("member listener failed on %s", member_id)
 
     def close(self) -> None:
         self._stopped.set()

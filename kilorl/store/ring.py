@@ -305,8 +305,7 @@ def diff(old: HashRing, new: HashRing, replicas: int = 1) -> list[RangeMove]:
 
 def find_move(moves: list[RangeMove], position: int) -> RangeMove | None:
     """The move covering ``position`` in a sorted diff, or None (binary search)."""
-    starts = [m.start for m in moves]
-    i = bisect.bisect_right(starts, position) - 1
+    i = bisect.bisect_right(moves, position, key=lambda m: m.start) - 1
     if i >= 0 and position in moves[i]:
         return moves[i]
     return None

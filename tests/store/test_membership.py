@@ -20,8 +20,10 @@ from kilorl.store.membership import (
     Membership,
     MembershipConfig,
     RingChange,
+    update_ring,
 )
-from kilorl.store.metastore import open_metastore
+from kilorl.store.metastore import MetastoreUnavailable, open_metastore
+from kilorl.store.metastore.etcd_process import EtcdProcess
 from kilorl.store.ring import diff, key_position
 from tests.store.etcd_fixture import etcd_server  # noqa: F401  (fixture)
 
@@ -324,3 +326,34 @@ def test_kill_9_member_process_is_removed_on_etcd(etcd_server):  # noqa: F811
         _kill_all([proc])
         survivor.leave()
         store.close()
+
+
+def test_view_catches_up_after_etcd_restarts(tmp_path):
+    config = MembershipConfig(prefix="/kilorl/restart/", lease_ttl=2)
+    with EtcdProcess(data_dir=tmp_path / "etcd") as etcd:
+        watcher_store, writer = open_metastore(etcd.url), open_metastore(etcd.url)
+        view = ClusterView(watcher_store, config).start()
+        changes = _recorder(view)
+        try:
+            for name in ("x", "y"):  # lease-less records: these members survive the outage
+                writer.put(config.member_key(name), MemberInfo(name, "127.0.0.1:1").to_bytes())
+            update_ring(writer, config, lambda ring, live: ring.with_member("x"))
+            view.wait_for(lambda s: s.epoch == 1, timeout=10)
+            etcd.kill()  # kill -9: the view's watch stream breaks
+            etcd.start()  # same ports, same data
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    update_ring(writer, config, lambda ring, live: ring.with_member("y"))
+                    break
+                except MetastoreUnavailable:
+                    assert time.monotonic() < deadline, "etcd did not come back"
+                    time.sleep(0.1)
+            state = view.wait_for(lambda s: s.epoch == 2, timeout=20)
+            assert state.ring.members == ["x", "y"] and view.resyncs >= 1
+            assert (changes[-1].old.ring.members, changes[-1].new.ring.members) == (["x"], ["x", "y"])
+            _assert_moves_match_brute_force(changes[-1])
+        finally:
+            view.close()
+            watcher_store.close()
+            writer.close()

@@ -42,6 +42,7 @@ class EtcdProcess:
         self.client_port = 0
         self.peer_port = 0
         self._proc: subprocess.Popen | None = None
+        self._member_dir: Path | None = None
         self._log_path = self.data_dir / "etcd.log"
 
     @property
@@ -58,11 +59,15 @@ class EtcdProcess:
             raise FileNotFoundError(
                 f"etcd binary {self.binary!r} not found; install Debian 'etcd-server' (bash scripts/services.sh)"
             )
-        for attempt in range(3):  # a port picked as free may be taken before etcd binds it
-            self.client_port, self.peer_port = free_port(), free_port()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        restarting = self._member_dir is not None
+        for attempt in range(1 if restarting else 3):  # a "free" port may be taken before etcd binds it
+            if not restarting:
+                self.client_port, self.peer_port = free_port(), free_port()
+                self._member_dir = self.data_dir / f"member-data-{attempt}"
             client = f"http://127.0.0.1:{self.client_port}"
             peer = f"http://127.0.0.1:{self.peer_port}"
-            member_dir = self.data_dir / f"member-data-{attempt}"
+            member_dir = self._member_dir
             log = open(self._log_path, "ab")
             try:
                 self._proc = subprocess.Popen(
@@ -87,6 +92,8 @@ class EtcdProcess:
             if self._wait_healthy():
                 return self
             self._kill()
+            if not restarting:
+                self._member_dir = None
         tail = self._log_path.read_text(errors="replace")[-2000:] if self._log_path.exists() else ""
         raise RuntimeError(f"etcd did not become healthy within {self.start_timeout}s; log tail:\n{tail}")
 
@@ -118,9 +125,14 @@ class EtcdProcess:
                 pass
         proc.wait(timeout=10)
 
+    def kill(self) -> None:
+        """``kill -9`` the server but keep its ports and data: ``start()`` then restarts it."""
+        self._kill()
+
     def stop(self) -> None:
         """Kill etcd and (if we created it) remove its data directory."""
         self._kill()
+        self._member_dir = None
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
