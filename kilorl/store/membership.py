@@ -35,7 +35,7 @@ import logging
 import random
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from kilorl.store.metastore.base import (
@@ -405,7 +405,6 @@ class ClusterView:
 class _Registration:
     lease_id: int
     keeper: LeaseKeeper
-    stale: bool = field(default=False)
 
 
 class Membership:
@@ -423,6 +422,7 @@ class Membership:
         self._lock = threading.Lock()
         self._registration: _Registration | None = None
         self._closed = threading.Event()
+        self._joined = False
         self.rejoins = 0
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -434,10 +434,19 @@ class Membership:
         restarted worker) is waited out for up to one lease TTL when
         ``wait_for_stale``; a live holder raises MemberIdInUse.
         """
+        if self._joined:
+            raise MembershipError(f"member {self.member.id!r} already joined; create a new Membership to rejoin")
+        self._joined = True
         self._register(wait_for_stale)
-        self.view.on_member(self._on_member_event)
-        self.view.start()
-        return update_ring(self.store, self.config, self._add_self).new
+        try:
+            self.view.on_member(self._on_member_event)
+            self.view.start()
+            return update_ring(self.store, self.config, self._add_self).new
+        except BaseException:
+            self._closed.set()
+            self._deregister(revoke=True)
+            self.view.close()
+            raise
 
     def leave(self, handoff: Callable[[RingChange], None] | None = None) -> RingState:
         """Leave gracefully: leave the ring, run ``handoff`` on the moved ranges, then deregister.

@@ -16,6 +16,7 @@ import pytest
 from kilorl.store.membership import (
     ClusterView,
     MemberIdInUse,
+    MembershipError,
     MemberInfo,
     Membership,
     MembershipConfig,
@@ -357,3 +358,23 @@ def test_view_catches_up_after_etcd_restarts(tmp_path):
             view.close()
             watcher_store.close()
             writer.close()
+
+
+def test_join_twice_is_an_error_and_a_failed_join_leaves_nothing_behind(backend, config, monkeypatch):
+    a = _member(backend, config, "a")
+    a.join()
+    try:
+        with pytest.raises(MembershipError, match="already joined"):
+            a.join()
+    finally:
+        a.leave()
+    store = backend.store()
+    broken = Membership(store, MemberInfo("b", "127.0.0.1:2"), config)
+
+    def outage():  # the metastore goes away between registration and the watch
+        raise MetastoreUnavailable("injected outage")
+
+    monkeypatch.setattr(broken.view, "start", outage)
+    with pytest.raises(MetastoreUnavailable, match="injected"):
+        broken.join()
+    assert store.get(config.member_key("b")) is None  # its lease was revoked on the way out
