@@ -60,6 +60,10 @@ class MemberIdInUse(MembershipError):
     """Another live member already registered this id."""
 
 
+class MalformedRing(MembershipError):
+    """The committed ring record cannot be decoded (written by something else, or corrupted)."""
+
+
 @dataclass
 class MembershipConfig:
     """Where the cluster lives in the metastore and how fast failures are detected."""
@@ -134,8 +138,11 @@ class RingState:
     def from_kv(cls, kv: KeyValue | None, vnodes: int = DEFAULT_VNODES) -> "RingState":
         if kv is None:
             return cls(0, HashRing((), vnodes), 0)
-        raw = json.loads(kv.value)
-        return cls(int(raw["epoch"]), HashRing.from_dict(raw), kv.mod_revision)
+        try:
+            raw = json.loads(kv.value)
+            return cls(int(raw["epoch"]), HashRing.from_dict(raw), kv.mod_revision)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise MalformedRing(f"ring record at {kv.key!r} (revision {kv.mod_revision}) is malformed: {exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -352,8 +359,11 @@ class ClusterView:
         if key == self.config.ring_key:
             if event.type == "DELETE":
                 self._set_ring(RingState(self._state.epoch, HashRing((), self.config.vnodes), 0))
-            else:
+                return
+            try:
                 self._set_ring(RingState.from_kv(event.kv, self.config.vnodes))
+            except MalformedRing as exc:  # keep serving the last good ring; ring writers will refuse it too
+                log.error("%s; keeping epoch %d", exc, self._state.epoch)
         elif key.startswith(self.config.members_prefix):
             member_id = key[len(self.config.members_prefix) :].decode(errors="replace")
             info = None

@@ -15,17 +15,19 @@ import pytest
 
 from kilorl.store.membership import (
     ClusterView,
+    MalformedRing,
     MemberIdInUse,
     MembershipError,
     MemberInfo,
     Membership,
     MembershipConfig,
     RingChange,
+    RingState,
     update_ring,
 )
 from kilorl.store.metastore import MetastoreUnavailable, open_metastore
 from kilorl.store.metastore.etcd_process import EtcdProcess
-from kilorl.store.ring import diff, key_position
+from kilorl.store.ring import HashRing, diff, key_position
 from tests.store.etcd_fixture import etcd_server  # noqa: F401  (fixture)
 
 MEMBER_PROC = Path(__file__).with_name("member_proc.py")
@@ -378,3 +380,29 @@ def test_join_twice_is_an_error_and_a_failed_join_leaves_nothing_behind(backend,
     with pytest.raises(MetastoreUnavailable, match="injected"):
         broken.join()
     assert store.get(config.member_key("b")) is None  # its lease was revoked on the way out
+
+
+def test_malformed_ring_record_is_reported_and_the_view_keeps_the_last_good_ring(backend, config):
+    a = _member(backend, config, "a")
+    a.join()
+    view = ClusterView(backend.store(), config).start()
+    try:
+        store = backend.store()
+        store.put(config.ring_key, b"{not json")
+        with pytest.raises(MalformedRing, match="malformed"):
+            update_ring(store, config, lambda ring, live: ring)
+        # Events arrive in order: once the view has seen this later record, it has
+        # also processed the malformed ring.
+        store.put(config.member_key("marker"), MemberInfo("marker", "127.0.0.1:9").to_bytes())
+        deadline = time.monotonic() + 10
+        while "marker" not in view.members and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert "marker" in view.members
+        assert view.error is None and view.state.ring.members == ["a"]
+        # An operator repairs the record: the view follows again.
+        good = RingState(7, HashRing({"a": 1.0}))
+        store.put(config.ring_key, good.to_bytes())
+        assert view.wait_for(lambda s: s.epoch == 7, timeout=10).ring.members == ["a"]
+    finally:
+        view.close()
+        a.abandon()

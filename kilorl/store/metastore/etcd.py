@@ -140,6 +140,7 @@ class EtcdMetastore(Metastore):
         self.host, self.port = parse_etcd_url(url)
         self.timeout = timeout
         self._local = threading.local()
+        self._connections: set[http.client.HTTPConnection] = set()  # every thread's, closed on close()
         self._watches: list[_EtcdWatch] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -151,8 +152,12 @@ class EtcdMetastore(Metastore):
         if conn is None or fresh:
             if conn is not None:
                 conn.close()
+                with self._lock:
+                    self._connections.discard(conn)
             conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
             self._local.conn = conn
+            with self._lock:
+                self._connections.add(conn)
         return conn
 
     def _call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -175,6 +180,8 @@ class EtcdMetastore(Metastore):
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
                 self._local.conn = None
+                with self._lock:
+                    self._connections.discard(conn)
                 raise MetastoreUnavailable(f"etcd at {self.url} is unreachable: {exc}") from exc
         try:
             decoded = json.loads(data) if data else {}
@@ -316,6 +323,7 @@ class EtcdMetastore(Metastore):
             watches, self._watches = self._watches, []
         for watch in watches:
             watch.close()
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
+        with self._lock:
+            connections, self._connections = self._connections, set()
+        for conn in connections:
             conn.close()
