@@ -263,3 +263,22 @@ def test_unreachable_etcd_raises_a_clear_error():
             store.watch(b"k")
     finally:
         store.close()
+
+
+def test_etcd_watch_from_compacted_revision_fails(etcd_server, ns):  # noqa: F811
+    import http.client
+    import json
+
+    store = open_metastore(etcd_server.url)
+    try:
+        first = store.put(ns + b"k", b"0")
+        last = store.put(ns + b"k", b"1")
+        conn = http.client.HTTPConnection("127.0.0.1", etcd_server.client_port, timeout=5)
+        conn.request("POST", "/v3/kv/compaction", json.dumps({"revision": str(last), "physical": True}))
+        assert conn.getresponse().status == 200
+        conn.close()
+        with store.watch(ns, start_revision=first) as watch:
+            with pytest.raises(CompactedError, match="compacted"):
+                watch.get(timeout=10)
+    finally:
+        store.close()
