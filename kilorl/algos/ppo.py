@@ -59,7 +59,7 @@ class PPOLearner:
         out = {f"model/{k}": v.detach().float().cpu().numpy() for k, v in self.model.state_dict().items()}
         for prefix, rms in (("obs_rms", self.obs_rms), ("ret_rms", self.ret_rms)):
             for k, v in rms.state().items():
-                out[f"{prefix}/{k}"] = np.asarray(v)
+                out[f"{prefix}/{k}"] = np.asarray(v, np.float32)
         return out
 
     # ---- update -------------------------------------------------------------------------

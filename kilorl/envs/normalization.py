@@ -45,7 +45,7 @@ class RunningMeanStd:
         self.mean, self.var, self.count = new_mean, m2 / total, total
 
     def state(self) -> dict[str, np.ndarray]:
-        return {"mean": self.mean.astype(np.float32), "var": self.var.astype(np.float32), "count": np.array([self.count], np.float64)}
+        return {"mean": self.mean.copy(), "var": self.var.copy(), "count": np.array([self.count], np.float64)}
 
     def load(self, state: dict[str, np.ndarray]) -> None:
         self.mean = np.asarray(state["mean"], np.float64).reshape(self.mean.shape)

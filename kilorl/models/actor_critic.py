@@ -53,8 +53,8 @@ class ActorCritic(nn.Module):
         self.value_head = _layer(hidden_sizes[-1], 1, 1.0, ortho_init)
         if not self.discrete:
             self.log_std = nn.Parameter(torch.full((act_dim,), float(init_log_std)))
-            low = torch.as_tensor(action_space.low, dtype=torch.float32)
-            high = torch.as_tensor(action_space.high, dtype=torch.float32)
+            low = torch.tensor(np.array(action_space.low, np.float32))
+            high = torch.tensor(np.array(action_space.high, np.float32))
             self.register_buffer("action_low", low, persistent=False)
             self.register_buffer("action_high", high, persistent=False)
 
