@@ -28,6 +28,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -171,7 +172,7 @@ def _reap(procs: list[Any], wait_s: float = 10.0) -> int:
 # --------------------------------------------------------------------------------------
 def run_kilorl(env: BenchEnv, config: Path, seed: int, budget_s: float, work: Path,
                overrides: list[str] = ()) -> RunResult:
-    run_dir = work / f"{env.key}-kilorl-seed{seed}"
+    run_dir = _fresh(work / f"{env.key}-kilorl-seed{seed}")
     cmd = [
         sys.executable, "-m", "kilorl.cli.main", "train", str(config), "--run-dir", str(run_dir), "--seed", str(seed),
         "-o", f"train.stop_return={env.threshold}", "-o", f"logging.return_window={WINDOW}",
@@ -222,7 +223,7 @@ def kilorl_result(env: BenchEnv, seed: int, run_dir: Path, rc: int, timed_out: b
 
 
 def run_sb3(env: BenchEnv, seed: int, budget_s: float, work: Path) -> RunResult:
-    run_dir = work / f"{env.key}-sb3-seed{seed}"
+    run_dir = _fresh(work / f"{env.key}-sb3-seed{seed}")
     out = run_dir / "result.json"
     t0 = time.time()
     cmd = [sys.executable, str(HERE / "sb3_worker.py"), "--env", env.gym_id, "--seed", str(seed),
@@ -243,6 +244,13 @@ def run_sb3(env: BenchEnv, seed: int, budget_s: float, work: Path) -> RunResult:
         result.error = f"exit code {rc}: " + _tail(run_dir / "logs" / "stderr.log")
     result.process_wall_s, result.leaked_processes = time.time() - t0, leaked
     return result
+
+
+def _fresh(run_dir: Path) -> Path:
+    """An empty run directory: kiloRL appends to metrics.jsonl, so old rows must not linger."""
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    return run_dir
 
 
 def _tail(path: Path, lines: int = 5) -> str:
