@@ -272,6 +272,21 @@ def ratio(a: float, b: float) -> float | None:
     return a / b
 
 
+def ratio_bound(k_values: list[float | None], s_values: list[float | None]) -> str | None:
+    """When only one median is 'not reached', a bound on the ratio of medians.
+
+    A median is at least the smallest value it is taken over, so with SB3's median
+    unreached kiloRL/SB3 <= kiloRL median / SB3's fastest success (and the mirror image).
+    """
+    k_med, s_med = median_or_inf(k_values), median_or_inf(s_values)
+    k_done, s_done = [v for v in k_values if v is not None], [v for v in s_values if v is not None]
+    if math.isfinite(k_med) and math.isinf(s_med) and s_done:
+        return f"<= {k_med / min(s_done):.3g}"
+    if math.isinf(k_med) and math.isfinite(s_med) and k_done and s_med > 0:
+        return f">= {min(k_done) / s_med:.3g}"
+    return None
+
+
 @dataclass
 class FrameworkSummary:
     runs: int
@@ -307,6 +322,11 @@ def summarize(results: list[RunResult]) -> dict[str, Any]:
             "time_incl_startup": ratio(k.median_time_incl_startup_s, s.median_time_incl_startup_s),
             "env_steps": ratio(k.median_env_steps, s.median_env_steps),
         }
+        ks, ss = [r for r in results if r.framework == "kiloRL"], [r for r in results if r.framework == "SB3"]
+        out["ratio_bound"] = {
+            name: ratio_bound([getattr(r, attr) for r in ks], [getattr(r, attr) for r in ss])
+            for name, attr in (("time", "time_s"), ("time_incl_startup", "time_incl_startup_s"), ("env_steps", "env_steps"))
+        }
     return out
 
 
@@ -337,9 +357,9 @@ def markdown(env: BenchEnv, results: list[RunResult], summary: dict[str, Any], b
             lines.append(f"| {fw} | {s.reached}/{s.runs} | {_fmt(s.median_time_s)} | {_fmt(s.median_time_incl_startup_s)} "
                          f"| {_fmt(s.median_env_steps, thousands=True)} | {_fmt(s.median_startup_s)} |")
     if "ratio" in summary:
-        r = summary["ratio"]
-        lines.append(f"| **ratio kiloRL/SB3** | | **{_fmt(r['time'], 2)}** | {_fmt(r['time_incl_startup'], 2)} "
-                     f"| {_fmt(r['env_steps'], 2)} | |")
+        r, bound = summary["ratio"], summary["ratio_bound"]
+        cell = {k: bound[k] if r[k] is None and bound[k] else _fmt(r[k], 2) for k in r}
+        lines.append(f"| **ratio kiloRL/SB3** | | **{cell['time']}** | {cell['time_incl_startup']} | {cell['env_steps']} | |")
     lines += ["", "| run | framework | seed | reached | time (s) excl. / incl. start-up | env steps "
               "| env steps/s to threshold | start-up (s) | stop | last return mean |",
               "|---|---|---|---|---|---|---|---|---|---|"]

@@ -95,9 +95,26 @@ def test_failures_count_as_infinitely_slow_in_medians() -> None:
     mostly_failed = pvp.summarize([R("kiloRL", "cartpole", i, False, "budget") for i in range(2)]
                                   + [R("SB3", "cartpole", 1, True, "threshold", time_s=5.0, time_incl_startup_s=6.0, env_steps=1)])
     assert math.isinf(mostly_failed["kiloRL"].median_time_s) and mostly_failed["ratio"]["time"] is None
+    assert mostly_failed["ratio_bound"]["time"] is None  # no kiloRL success: nothing to bound with
+    assert s["ratio_bound"] == {"time": None, "time_incl_startup": None, "env_steps": None}  # both medians known
     table = pvp.markdown(CARTPOLE, results, s, 600)
     assert "| kiloRL | 2/3 | 10.0 |" in table and "kiloRL did not reach the threshold: seed 2: budget" in table
     assert json.loads(json.dumps(pvp._json_safe({"m": math.inf, "l": [math.nan, 1.5]}))) == {"m": None, "l": [None, 1.5]}
+
+
+def test_an_unreached_median_still_bounds_the_ratio() -> None:
+    R = pvp.RunResult
+    kilo = [R("kiloRL", "lunarlander", i, True, "threshold", time_s=t, time_incl_startup_s=t + 8, env_steps=n)
+            for i, t, n in ((1, 112.5, 462_848), (2, 23.8, 282_624), (3, 37.3, 327_680))]
+    sb3 = [R("SB3", "lunarlander", 1, False, "budget"), R("SB3", "lunarlander", 2, False, "step_limit"),
+           R("SB3", "lunarlander", 3, True, "threshold", time_s=614.6, time_incl_startup_s=615.6, env_steps=870_384)]
+    s = pvp.summarize(kilo + sb3)
+    assert s["ratio"]["time"] is None
+    assert s["ratio_bound"]["time"] == "<= 0.0607" and s["ratio_bound"]["env_steps"] == "<= 0.376"
+    assert "| **ratio kiloRL/SB3** | | **<= 0.0607** |" in pvp.markdown(pvp.ENVS["lunarlander"], kilo + sb3, s, 900)
+    mirrored = pvp.summarize([R("kiloRL", r.env, r.seed, r.reached, r.stop_reason, time_s=r.time_s, env_steps=r.env_steps) for r in sb3]
+                             + [R("SB3", r.env, r.seed, True, "threshold", time_s=r.time_s, env_steps=r.env_steps) for r in kilo])
+    assert mirrored["ratio_bound"]["time"] == f">= {614.6 / 37.3:.3g}"
 
 
 def test_deadline_interrupts_the_run_and_reaps_escaped_descendants(tmp_path: Path) -> None:
