@@ -82,11 +82,14 @@ def choose_node(
     used: np.ndarray | None = None,
     preferred: np.ndarray | None = None,
     cache: FragCache | None = None,
+    balance: np.ndarray | None = None,
 ) -> int:
     """Index of the node for one instance among ``mask & fits``, or -1 if none fits.
 
     ``used``: nodes this gang already occupies; ``preferred``: nodes a soft affinity
-    favours (only ``binpack-topo`` and ``pack`` look at them).
+    favours (only ``binpack-topo`` and ``pack`` look at them); ``balance``: instances of this
+    gang per node, which ``binpack-topo`` evens out among preferred nodes (parameter servers
+    shared across the learner nodes rather than stacked on one).
     """
     idx = np.flatnonzero(mask & state.fits(demand))
     if len(idx) == 0:
@@ -109,5 +112,7 @@ def choose_node(
         # Round away float noise so ties fall through to the tighter fit.
         delta = np.round(delta, 6)
         after_g = gfree - demand.total_gpu_milli
+        if balance is not None:
+            return int(idx[np.lexsort((cfree, after_g, delta, balance[idx], ~in_pref))[0]])
         return int(idx[np.lexsort((cfree, after_g, delta, ~in_used, ~in_pref))[0]])
     raise ValueError(f"unknown policy {policy!r}; allowed: {', '.join(POLICIES)}")

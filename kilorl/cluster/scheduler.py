@@ -229,6 +229,8 @@ def _place_gang(state: ClusterState, req: GangRequest, policy: str, placed: dict
         # A collective gang spans as few nodes as possible inside its domain.
         quota = _fewest_nodes(state.capacity(d), node_mask, req.count) or None
     used = np.zeros_like(allowed)
+    count = np.zeros(len(allowed), dtype=np.int64)
+    balance = count if (near and policy == "binpack-topo") else None
     used_domains: set[int] = set()
     out: list[Allocation] = []
     for i in range(req.count):
@@ -250,7 +252,7 @@ def _place_gang(state: ClusterState, req: GangRequest, policy: str, placed: dict
             node = int(np.flatnonzero(node_mask)[0])
             gpus = state.choose_gpus(node, d, GPU_CHOICE[policy], gpu_mask=gpu_mask)
         else:
-            node = choose_node(policy, state, d, mask, used=used, preferred=pref, cache=cache)
+            node = choose_node(policy, state, d, mask, used=used, preferred=pref, cache=cache, balance=balance)
             if node < 0:
                 raise PlacementError(req.role, f"instance {i + 1} of {req.count} fits nowhere "
                                      f"(needs {d.total_gpu_milli / 1000:g} GPU, {d.cpu_milli / 1000:g} CPU, "
@@ -261,6 +263,7 @@ def _place_gang(state: ClusterState, req: GangRequest, policy: str, placed: dict
         if cache is not None:
             cache.refresh(state, [node])
         used[node] = True
+        count[node] += 1
         used_domains.add(int(state.domain[node]))
         out.append(a)
     return out
