@@ -67,6 +67,8 @@ def frag_delta(state: ClusterState, demand: Demand, idx: np.ndarray, cache: Frag
     """
     free, cpu, mem = _after(state, demand, idx)
     model = state.node_model[idx]
+    if len(idx) <= 256:
+        return node_fragmentation(free, cpu, mem, model, cache.workload) - cache.values[idx]
     key = np.concatenate([free, cpu[:, None], mem[:, None], model[:, None]], axis=1)
     uniq, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
     after = node_fragmentation(free[first], cpu[first], mem[first], model[first], cache.workload)[inverse.reshape(-1)]

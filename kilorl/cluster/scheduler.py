@@ -169,7 +169,7 @@ def _pick_domain(state: ClusterState, req: GangRequest, allowed: np.ndarray, pol
             return mask, best[5]
         if island_required:
             return None
-    if policy != "binpack-topo" and not leaf_required:
+    if not (want_island or want_leaf):
         return allowed, None
     cap = np.where(allowed, state.capacity(d), 0)
     if policy == "binpack-topo" and (want_island or want_leaf):
@@ -216,8 +216,10 @@ def _place_gang(state: ClusterState, req: GangRequest, policy: str, placed: dict
         if policy == "binpack-topo" and not (role_nodes & state.fits(d)).any():
             pref = near_leaf
     isl, leaf, spread = req.affinity("same_island"), req.affinity("same_leaf"), req.affinity("spread")
-    want_island = bool(isl) or (req.collective and policy == "binpack-topo")
-    want_leaf = bool(leaf) or (req.collective and policy == "binpack-topo")
+    # Required affinities bind every policy; preferred ones (and collectives) guide binpack-topo only.
+    topo_aware = policy == "binpack-topo" and not (spread and spread.required)
+    want_island = bool(isl and isl.required) or (topo_aware and (bool(isl) or req.collective))
+    want_leaf = bool(leaf and leaf.required) or (topo_aware and (bool(leaf) or req.collective))
     domain = _pick_domain(state, req, allowed, policy, pref, want_island, want_leaf,
                           bool(isl and isl.required), bool(leaf and leaf.required))
     if domain is None:
