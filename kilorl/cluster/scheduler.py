@@ -116,11 +116,29 @@ def _order(requests: Sequence[GangRequest], policy: str) -> list[GangRequest]:
 
 
 def _islands(state: ClusterState, allowed: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
+    """(node, island id, device mask) of every NVLink island on the allowed nodes."""
     out = []
+    width = state.gpu_free.shape[1]
     for n in np.flatnonzero(allowed):
-        for isl in np.unique(state.island[n][state.island[n] >= 0]):
-            out.append((int(n), int(isl), state.island[n] == isl))
+        for isl, members in state.topology.nodes[n].islands.items():
+            mask = np.zeros(width, dtype=bool)
+            mask[list(members)] = True
+            out.append((int(n), int(isl), mask))
     return out
+
+
+def _island_capacity(state: ClusterState, d, node: int, gmask: np.ndarray) -> int:
+    """Instances of ``d`` that fit on the devices ``gmask`` of ``node`` (CPU/memory of the node)."""
+    free = np.where(gmask, state.gpu_free[node], -1)
+    if d.shared:
+        cap = int((np.clip(free, 0, None) // d.gpu_milli).sum())
+    else:
+        cap = int((free == 1000).sum()) // d.num_gpus
+    if d.cpu_milli:
+        cap = min(cap, int(state.cpu_free[node] // d.cpu_milli))
+    if d.mem_mib:
+        cap = min(cap, int(state.mem_free[node] // d.mem_mib))
+    return cap if state.model_ok(d)[node] else 0
 
 
 def _fewest_nodes(cap: np.ndarray, mask: np.ndarray, n: int) -> dict[int, int]:
@@ -152,7 +170,7 @@ def _pick_domain(state: ClusterState, req: GangRequest, allowed: np.ndarray, pol
     if want_island and d.num_gpus:
         cands = []
         for node, isl, gmask in _islands(state, allowed):
-            cap = int(state.capacity(d, gpu_mask=np.broadcast_to(gmask, state.gpu_free.shape))[node])
+            cap = _island_capacity(state, d, node, gmask)
             if cap >= n:
                 free = int(np.clip(state.gpu_free[node][gmask], 0, None).sum())
                 p = bool(pref[node]) if pref is not None else False
@@ -180,7 +198,7 @@ def _pick_domain(state: ClusterState, req: GangRequest, allowed: np.ndarray, pol
             mask = np.zeros_like(allowed)
             mask[node] = True
             return mask, None
-    leaves = np.unique(state.leaf[allowed]) if allowed.any() else np.array([], dtype=np.int32)
+    leaves = sorted(set(state.leaf[allowed].tolist()))
     leaf_cap = {int(l): int(cap[state.leaf == l].sum()) for l in leaves}
     fitting = [l for l, c in leaf_cap.items() if c >= n]
     if fitting:
@@ -208,7 +226,7 @@ def _place_gang(state: ClusterState, req: GangRequest, policy: str, placed: dict
     if near:
         role_nodes = np.zeros_like(allowed)
         role_nodes[[a.node for a in placed.get(near.role, [])]] = True
-        near_leaf = np.isin(state.leaf, np.unique(state.leaf[role_nodes]))
+        near_leaf = np.isin(state.leaf, list(set(state.leaf[role_nodes].tolist())))
         if near.required:
             allowed &= near_leaf
         # Same node first, then same leaf.
