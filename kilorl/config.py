@@ -150,8 +150,8 @@ class CheckpointConfig(_Section):
 
 
 class LoggingConfig(_Section):
-    report_every_s: float = Field(default=2.0, gt=0)
-    """Minimum seconds between metric reports (one per learner update at most)."""
+    report_every_s: float = Field(default=2.0, ge=0)
+    """Minimum seconds between metric reports (0: one report per learner update)."""
     return_window: int = Field(default=20, ge=1)
     """Episodes in the rolling mean reported as episode_return_mean."""
     tensorboard: bool = True

@@ -1,1 +1,53 @@
 """Fixtures shared by the whole suite."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """One embedded Ray instance for every test that needs the runtime (start-up is ~5 s)."""
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        ray.init(num_cpus=6, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def kilorl_cli():
+    """Run the ``kilorl`` command in a subprocess; returns CompletedProcess."""
+    import subprocess
+
+    def run(*args: str, timeout: float = 300, cwd: Path | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "kilorl.cli.main", *args],
+            capture_output=True, text=True, timeout=timeout, cwd=cwd or REPO,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+    return run
+
+
+def tiny_config(**sections):
+    """A CartPole config small enough to train in seconds; sections override fields."""
+    from kilorl.config import config_from_dict
+
+    data = {
+        "env": {"id": "CartPole-v1"},
+        "algo": {"rollout_length": 32, "num_minibatches": 2, "update_epochs": 4, "lr": 1e-3},
+        "parallelism": {"actor": 1, "envs_per_actor": 4},
+        "train": {"total_env_steps": 2048, "seed": 3},
+        "logging": {"progress": False, "tensorboard": False, "report_every_s": 0.0},
+    }
+    for name, fields in sections.items():
+        data.setdefault(name, {}).update(fields)
+    return config_from_dict(data)

@@ -1,0 +1,1 @@
+"""Algorithms: losses and update rules over batches. No Ray, no environments."""

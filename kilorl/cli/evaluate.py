@@ -1,0 +1,35 @@
+"""``kilorl eval``: run a trained policy for whole episodes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", metavar="RUN_DIR|CHECKPOINT")
+    p.add_argument("--episodes", type=int, default=20)
+    p.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the mode")
+    p.add_argument("--seed", type=int, default=1_000_000, help="seed of the first episode (others follow)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    from kilorl.trainer.evaluate import evaluate
+
+    if args.episodes < 1:
+        print("error: --episodes must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        res = evaluate(args.path, args.episodes, deterministic=not args.stochastic, seed=args.seed)
+    except FileNotFoundError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"episode_return_mean": res.episode_return_mean, "episode_return_std": res.episode_return_std,
+                          "episodes": res.episodes, "checkpoint": res.checkpoint, "env_steps": res.env_steps}))
+    else:
+        print(f"{res.episodes} episodes: return {res.episode_return_mean:.2f} ± {res.episode_return_std:.2f} "
+              f"({'stochastic' if args.stochastic else 'deterministic'}, checkpoint {res.checkpoint})")
+    return 0

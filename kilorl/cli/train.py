@@ -1,0 +1,50 @@
+"""``kilorl train``: train from a YAML config, or resume a run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kilorl.config import ConfigError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", nargs="?", help="YAML config (omit with --resume)")
+    p.add_argument("-o", "--override", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="override a config field (repeatable), e.g. -o algo.lr=1e-3")
+    p.add_argument("--run-dir", help="run directory (default runs/<env>-<algo>-<timestamp>)")
+    p.add_argument("--seed", type=int, help="shorthand for -o train.seed=N")
+    p.add_argument("--address", help="Ray address of an existing cluster ('auto' to discover)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR from its newest checkpoint")
+
+
+def run(args: argparse.Namespace) -> int:
+    from kilorl.config import load_config, parse_override
+    from kilorl.trainer import Cluster, Trainer
+
+    overrides = list(args.override) + ([f"train.seed={args.seed}"] if args.seed is not None else [])
+    cluster = Cluster(address=args.address)
+    try:
+        if args.resume:
+            if args.config:
+                print("error: give either CONFIG or --resume RUN_DIR, not both", file=sys.stderr)
+                return 2
+            values = {}
+            for o in overrides:
+                path, value = parse_override(o)
+                values[".".join(path)] = value
+            trainer = Trainer.resume(args.resume, cluster, values)
+        else:
+            if not args.config:
+                print("error: CONFIG is required (or --resume RUN_DIR)", file=sys.stderr)
+                return 2
+            trainer = Trainer(load_config(args.config, overrides), args.run_dir, cluster)
+    except (ConfigError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    result = trainer.fit()
+    ret = "n/a" if result.episode_return_mean is None else f"{result.episode_return_mean:.1f}"
+    print(f"done: {result.env_steps} env steps in {result.wall_time:.1f}s (startup {result.startup_s:.1f}s), "
+          f"return (last {trainer.cfg.logging.return_window} episodes) {ret}")
+    print(f"run dir: {result.run_dir}\ncheckpoint: {result.checkpoint}")
+    return 0

@@ -1,0 +1,108 @@
+"""MLP actor-critic for discrete (Categorical) and continuous (diagonal Gaussian) actions."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Categorical, Normal
+
+_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
+
+
+def _layer(i: int, o: int, gain: float, ortho: bool) -> nn.Linear:
+    layer = nn.Linear(i, o)
+    if ortho:
+        nn.init.orthogonal_(layer.weight, gain)
+        nn.init.zeros_(layer.bias)
+    return layer
+
+
+def _mlp(sizes: list[int], activation: str, ortho: bool) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, o in zip(sizes[:-1], sizes[1:]):
+        layers += [_layer(i, o, math.sqrt(2), ortho), _ACTIVATIONS[activation]()]
+    return nn.Sequential(*layers)
+
+
+class ActorCritic(nn.Module):
+    """Policy head + value head over MLP torsos (separate by default, as PPO prefers)."""
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_space: gym.Space,
+        hidden_sizes: list[int],
+        activation: str = "tanh",
+        shared_backbone: bool = False,
+        init_log_std: float = 0.0,
+        ortho_init: bool = True,
+    ) -> None:
+        super().__init__()
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        if not self.discrete and not isinstance(action_space, gym.spaces.Box):
+            raise ValueError(f"unsupported action space {action_space}; use Discrete or Box")
+        act_dim = int(action_space.n) if self.discrete else int(np.prod(action_space.shape))
+        sizes = [obs_dim, *hidden_sizes]
+        self.policy_torso = _mlp(sizes, activation, ortho_init)
+        self.value_torso = self.policy_torso if shared_backbone else _mlp(sizes, activation, ortho_init)
+        self.policy_head = _layer(hidden_sizes[-1], act_dim, 0.01, ortho_init)
+        self.value_head = _layer(hidden_sizes[-1], 1, 1.0, ortho_init)
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.full((act_dim,), float(init_log_std)))
+            low = torch.tensor(np.array(action_space.low, np.float32))
+            high = torch.tensor(np.array(action_space.high, np.float32))
+            self.register_buffer("action_low", low, persistent=False)
+            self.register_buffer("action_high", high, persistent=False)
+
+    def distribution(self, obs: torch.Tensor) -> torch.distributions.Distribution:
+        logits_or_mean = self.policy_head(self.policy_torso(obs))
+        if self.discrete:
+            return Categorical(logits=logits_or_mean.float())
+        std = self.log_std.exp().expand_as(logits_or_mean)
+        return Normal(logits_or_mean.float(), std.float())
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.value_head(self.value_torso(obs)).squeeze(-1).float()
+
+    def log_prob(self, dist: torch.distributions.Distribution, actions: torch.Tensor) -> torch.Tensor:
+        lp = dist.log_prob(actions)
+        return lp if self.discrete else lp.sum(-1)
+
+    def entropy(self, dist: torch.distributions.Distribution) -> torch.Tensor:
+        ent = dist.entropy()
+        return ent if self.discrete else ent.sum(-1)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample (or take the mode of) actions; returns actions, log-probs, values."""
+        dist = self.distribution(obs)
+        if deterministic:
+            actions = dist.probs.argmax(-1) if self.discrete else dist.mean
+        else:
+            actions = dist.sample()
+        return actions, self.log_prob(dist, actions), self.value(obs)
+
+    def to_env_action(self, actions: torch.Tensor) -> np.ndarray:
+        """Discrete actions as ints; Gaussian actions clipped into the Box bounds."""
+        if self.discrete:
+            return actions.numpy().astype(np.int64)
+        return torch.clamp(actions, self.action_low, self.action_high).numpy()
+
+
+def build_actor_critic(obs_space: gym.Space, action_space: gym.Space, model_cfg) -> ActorCritic:
+    """Construct from a ``ModelConfig`` (kept duck-typed so models do not import config)."""
+    if not isinstance(obs_space, gym.spaces.Box):
+        raise ValueError(f"unsupported observation space {obs_space}; MLP models need a Box")
+    return ActorCritic(
+        obs_dim=int(np.prod(obs_space.shape)),
+        action_space=action_space,
+        hidden_sizes=list(model_cfg.hidden_sizes),
+        activation=model_cfg.activation,
+        shared_backbone=model_cfg.shared_backbone,
+        init_log_std=model_cfg.init_log_std,
+        ortho_init=model_cfg.ortho_init,
+    )

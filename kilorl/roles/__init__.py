@@ -1,0 +1,1 @@
+"""Roles: processes with a lifecycle (actor, learner, parameter server)."""

@@ -1,0 +1,6 @@
+"""The trainer wires roles together and drives the training loop."""
+
+from kilorl.trainer.cluster import Cluster
+from kilorl.trainer.trainer import TrainResult, Trainer
+
+__all__ = ["Cluster", "TrainResult", "Trainer"]

@@ -1,0 +1,98 @@
+"""Config validation: every mistake is an error that names the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from kilorl.config import ConfigError, apply_overrides, config_from_dict, load_config
+from tests.conftest import EXAMPLES
+
+
+def test_defaults_fill_every_section():
+    cfg = config_from_dict({"env": {"id": "CartPole-v1"}})
+    assert cfg.algo.name == "ppo"
+    assert cfg.parallelism.actor == 1 and cfg.parallelism.parameter_server == 1
+    assert cfg.train.gradient_accumulation_steps == 1 and cfg.train.mixed_precision == "no"
+
+
+def test_every_field_is_documented():
+    from kilorl.config import Config
+
+    def walk(model, prefix=""):
+        for name, field in model.model_fields.items():
+            assert field.description, f"{prefix}{name} has no docstring"
+            sub = field.annotation
+            if hasattr(sub, "model_fields"):
+                walk(sub, f"{prefix}{name}.")
+
+    walk(Config)
+
+
+def test_unknown_key_is_named_with_allowed_values():
+    with pytest.raises(ConfigError) as err:
+        config_from_dict({"env": {"id": "CartPole-v1"}, "algo": {"learning_rate": 1e-3}})
+    msg = str(err.value)
+    assert "algo.learning_rate" in msg and "unknown field" in msg and "lr" in msg
+
+
+def test_unknown_section_is_named():
+    with pytest.raises(ConfigError, match=r"optimizer: unknown field"):
+        config_from_dict({"env": {"id": "CartPole-v1"}, "optimizer": {}})
+
+
+def test_wrong_type_is_named():
+    with pytest.raises(ConfigError, match=r"parallelism\.actor: .*integer.*'many'"):
+        config_from_dict({"env": {"id": "CartPole-v1"}, "parallelism": {"actor": "many"}})
+
+
+def test_literal_lists_allowed_values():
+    with pytest.raises(ConfigError, match=r"train\.mixed_precision: Input should be 'no' or 'bf16'"):
+        config_from_dict({"env": {"id": "CartPole-v1"}, "train": {"mixed_precision": "fp8"}})
+
+
+def test_bad_env_id_is_named_with_suggestion():
+    with pytest.raises(ConfigError, match=r"env\.id: unknown Gymnasium environment 'CartPol-v1'; did you mean CartPole-v1"):
+        config_from_dict({"env": {"id": "CartPol-v1"}})
+
+
+def test_bad_entry_point_is_named():
+    with pytest.raises(ConfigError, match=r"env\.id: cannot load entry point 'no_such_pkg.envs:Thing'"):
+        config_from_dict({"env": {"id": "no_such_pkg.envs:Thing"}})
+
+
+def test_entry_point_env_is_accepted():
+    cfg = config_from_dict({"env": {"id": "gymnasium.envs.classic_control.cartpole:CartPoleEnv"}})
+    assert cfg.env.id.endswith(":CartPoleEnv")
+
+
+def test_minibatches_must_divide_the_batch():
+    with pytest.raises(ConfigError, match="num_minibatches=3 must divide the rollout batch 1024"):
+        config_from_dict({"env": {"id": "CartPole-v1"}, "algo": {"num_minibatches": 3}})
+
+
+def test_overrides_parse_yaml_values():
+    data = apply_overrides({"env": {"id": "x"}}, ["algo.lr=1e-3", "model.hidden_sizes=[32, 16]", "env.normalize_obs=true"])
+    assert data["algo"]["lr"] == pytest.approx(1e-3)
+    assert data["model"]["hidden_sizes"] == [32, 16]
+    assert data["env"]["normalize_obs"] is True
+
+
+def test_examples_load(tmp_path):
+    for name in ("cartpole_ppo.yaml", "lunarlander_ppo.yaml", "pendulum_ppo.yaml"):
+        cfg = load_config(EXAMPLES / name)
+        assert cfg.train.total_env_steps > 0
+
+
+def test_cli_exits_2_naming_the_field(tmp_path, kilorl_cli):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("env:\n  id: CartPole-v1\nalgo:\n  clip_coeff: 0.1\n")
+    res = kilorl_cli("train", str(bad))
+    assert res.returncode == 2
+    assert "algo.clip_coeff" in res.stderr and "clip_coef" in res.stderr
+
+    res = kilorl_cli("train", str(EXAMPLES / "cartpole_ppo.yaml"), "-o", "train.total_env_steps=lots")
+    assert res.returncode == 2 and "train.total_env_steps" in res.stderr
+
+    bad.write_text("env:\n  id: NoSuchEnv-v9\n")
+    res = kilorl_cli("train", str(bad))
+    assert res.returncode == 2 and "env.id" in res.stderr and "NoSuchEnv-v9" in res.stderr
