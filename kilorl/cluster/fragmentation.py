@@ -38,8 +38,8 @@ class Workload:
     prob: np.ndarray
 
     @classmethod
-    def of(cls, demands: Iterable[Demand], model_names: list[str], max_types: int = 32) -> "Workload":
-        """Popularity-weighted types; the ``max_types`` most common ones (renormalized)."""
+    def of(cls, demands: Iterable[Demand], model_names: list[str], max_types: int | None = None) -> "Workload":
+        """Popularity-weighted types; all of them, or the ``max_types`` most common (renormalized)."""
         counts = Counter(demands)
         if not counts:
             raise ValueError("a workload needs at least one task type")

@@ -257,9 +257,12 @@ def _place_gang(state: ClusterState, req: GangRequest, policy: str, placed: dict
         mask = node_mask.copy()
         if spread:
             dom_free = ~np.isin(state.domain, list(used_domains))
-            if spread.required and not (mask & dom_free).any():
-                raise PlacementError(req.role, f"only {len(used_domains)} failure domains available, {req.count} needed")
-            if (mask & dom_free & state.fits(d)).any():
+            if spread.required:
+                if not (mask & dom_free & state.fits(d)).any():
+                    raise PlacementError(req.role, f"only {len(used_domains)} failure domains have room, "
+                                         f"{req.count} needed")
+                mask &= dom_free
+            elif (mask & dom_free & state.fits(d)).any():
                 mask &= dom_free
         if quota:
             node = next(iter(quota))

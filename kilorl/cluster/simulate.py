@@ -106,7 +106,7 @@ def simulate(
     *,
     mode: str = "fill",
     target_load: float = 1.3,
-    max_types: int = 64,
+    max_types: int | None = None,
 ) -> SimResult:
     if mode not in ("fill", "replay"):
         raise ValueError(f"unknown mode {mode!r}; allowed: fill, replay")

@@ -75,6 +75,15 @@ def test_required_spread_uses_distinct_failure_domains(small, policy):
     assert len({p.state.domain[a.node] for a in p.allocations}) == 2
     with pytest.raises(PlacementError, match="failure domains"):
         place(small, [GangRequest("r", 3, Demand.of(0, 1, 1), (Affinity("spread", required=True),))], policy)
+    # Leaf 1 is full: two domains exist but only one has room.
+    busy = small.copy()
+    for node in (2, 3):
+        busy.allocate(Allocation("bg", node, node, (0, 1, 2, 3), 1000, 32000, 0))
+    with pytest.raises(PlacementError, match="only 1 failure domains have room"):
+        place(busy, [GangRequest("r", 2, Demand.of(0, 1, 1), (Affinity("spread", required=True),))], policy)
+    # Preferred spread still places when it cannot spread.
+    soft = place(busy, [GangRequest("r", 2, Demand.of(0, 1, 1), (Affinity("spread"),))], policy)
+    assert len({soft.state.domain[a.node] for a in soft.allocations}) == 1
 
 
 def test_learner_group_lands_in_one_island_when_one_fits(small):
