@@ -22,7 +22,8 @@ sys.path.insert(0, str(REPO))
 from kilorl.cluster import Allocation, ClusterState, load_topology, place  # noqa: E402
 from kilorl.cluster.alibaba import read_nodes, read_pods  # noqa: E402
 from kilorl.cluster.policies import POLICIES  # noqa: E402
-from kilorl.cluster.simulate import simulate  # noqa: E402
+from kilorl.cluster.simulate import simulate, simulate_jobs  # noqa: E402
+from kilorl.cluster.synthetic import rl_job_mix  # noqa: E402
 
 
 def trace_table(data: Path, trace: str, target_load: float) -> str:
@@ -49,6 +50,33 @@ def trace_table(data: Path, trace: str, target_load: float) -> str:
             f"{r.failed} / {r.arrived} | {np.percentile(lat, 50):.0f} / {np.percentile(lat, 99):.0f} | {wall:.1f} |"
         )
         print(f"  {trace} {policy}: {wall:.1f}s", file=sys.stderr)
+    return "\n".join(lines)
+
+
+def replay_table(data: Path, trace: str) -> str:
+    topo = read_nodes(data / "openb_node_list_gpu_node.csv")
+    pods = read_pods(data / f"openb_pod_list_{trace}.csv")
+    lines = ["| policy | pods rejected | peak alloc | time-mean alloc | place p50 / p99 (us) |", "|---|---|---|---|---|"]
+    for policy in POLICIES:
+        r = simulate(topo, pods, policy, mode="replay")
+        lat = np.array(r.latencies_us)
+        lines.append(f"| {policy} | {r.failed} / {r.arrived} | {r.extra['peak_allocation_rate']:.2%} | "
+                     f"{r.extra['mean_allocation_rate']:.2%} | {np.percentile(lat, 50):.0f} / {np.percentile(lat, 99):.0f} |")
+    return "\n".join(lines)
+
+
+def jobs_table(jobs: int, interarrival_s: float) -> str:
+    topo = load_topology(REPO / "examples/clusters/1024xH100.yaml")
+    mix = rl_job_mix(jobs, seed=0, mean_interarrival_s=interarrival_s)
+    lines = ["| policy | jobs rejected | time-mean alloc | peak alloc | mean learner all-reduce (ms) | place p50 / p99 (ms) |",
+             "|---|---|---|---|---|---|"]
+    for policy in POLICIES:
+        r = simulate_jobs(topo, mix, policy)
+        lat = np.array(r.latencies_us) / 1e3
+        lines.append(f"| {policy} | {r.failed} / {r.arrived} | {r.extra['mean_allocation_rate']:.2%} | "
+                     f"{r.extra['peak_allocation_rate']:.2%} | {r.extra['mean_allreduce_ms']:.2f} | "
+                     f"{np.percentile(lat, 50):.1f} / {np.percentile(lat, 99):.1f} |")
+        print(f"  jobs {policy} done", file=sys.stderr)
     return "\n".join(lines)
 
 
@@ -129,6 +157,8 @@ def main() -> int:
     ap.add_argument("--target-load", type=float, default=1.3)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--jobs", type=int, default=400, help="synthetic RL jobs on the 1024-GPU cluster (0: skip)")
+    ap.add_argument("--no-replay", action="store_true", help="skip the replay-mode table")
     args = ap.parse_args()
     print(f"Machine: {platform.node()}, {platform.processor() or platform.machine()}, Python {platform.python_version()}, "
           f"numpy {np.__version__}. Command: `python benchmarks/sched_bench.py {' '.join(sys.argv[1:])}`\n")
@@ -138,6 +168,13 @@ def main() -> int:
     for trace in args.traces:
         print(f"### Alibaba cluster-trace-gpu-v2023, `{trace}`\n")
         print(trace_table(data, trace, args.target_load) + "\n")
+    if not args.no_replay:
+        print("### Alibaba `default`, replay mode (arrivals and departures as recorded)\n")
+        print(replay_table(data, "default") + "\n")
+    if args.jobs:
+        print(f"### Synthetic RL job mix on 1024 x H100 ({args.jobs} jobs, seed 0, mean inter-arrival 20 s, "
+              "mean duration 1 h)\n")
+        print(jobs_table(args.jobs, 20.0) + "\n")
     return 0
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from kilorl.cluster.alibaba import TracePod
 from kilorl.cluster.fragmentation import Workload
 from kilorl.cluster.policies import GPU_CHOICE, FragCache, check_policy, choose_node
+from kilorl.cluster.requests import GangRequest
 from kilorl.cluster.state import Allocation, ClusterState
 from kilorl.cluster.topology import Topology
 
@@ -177,7 +178,7 @@ class TraceJob:
     """A multi-role job of the synthetic mix: all its gangs placed together or not at all."""
 
     name: str
-    gangs: tuple  # tuple[GangRequest, ...]
+    gangs: tuple[GangRequest, ...]
     creation: float
     deletion: float
 
