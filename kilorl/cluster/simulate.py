@@ -40,6 +40,8 @@ class SimResult:
     failed: int = 0
     failed_gpu: float = 0.0
     """GPU share asked by rejected pods."""
+    rejected: list[str] = field(default_factory=list)
+    """Names of the pods / jobs that could not be placed (in arrival order)."""
     timeline: list[dict[str, float]] = field(default_factory=list)
     """Samples: arrived load or time, allocation rate, fragmentation."""
     latencies_us: list[float] = field(default_factory=list)
@@ -69,6 +71,7 @@ class SimResult:
             "latency_us_p50": round(float(np.percentile(lat, 50)), 1),
             "latency_us_p99": round(float(np.percentile(lat, 99)), 1),
             **self.extra,
+            "rejected": self.rejected,
             "timeline": self.timeline,
         }
 
@@ -127,6 +130,7 @@ def simulate(
         if a is None:
             res.failed += 1
             res.failed_gpu += pod.demand.total_gpu_milli / 1000.0
+            res.rejected.append(pod.name)
         else:
             res.placed += 1
         return a
@@ -206,6 +210,7 @@ def simulate_jobs(topology: Topology, jobs: Sequence[TraceJob], policy: str, *, 
                 p = place(state, jobs[i].gangs, policy, workload=wl, gradient_bytes=gradient_bytes)
             except PlacementError:
                 res.failed += 1
+                res.rejected.append(jobs[i].name)
                 res.failed_gpu += sum(g.count * g.demand.total_gpu_milli for g in jobs[i].gangs) / 1000.0
                 p = None
             res.latencies_us.append((time.perf_counter() - t0) * 1e6)

@@ -37,7 +37,8 @@ def test_readers(mini):
 def test_fill_mode_invariants(mini, policy):
     topo, pods = mini
     res = simulate(topo, pods, policy, mode="fill", target_load=1.2)
-    assert res.placed + res.failed == res.arrived
+    assert res.placed + res.failed == res.arrived == len(res.latencies_us)
+    assert len(res.rejected) == res.failed
     assert 0 < res.final_allocation_rate <= 1
     loads = [s["arrived_load"] for s in res.timeline]
     assert loads == sorted(loads) and loads[-1] == pytest.approx(1.2)
