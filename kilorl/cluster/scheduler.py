@@ -90,7 +90,8 @@ class Placement:
 
 
 def _order(requests: Sequence[GangRequest], policy: str) -> list[GangRequest]:
-    """Roles another gang wants to be near go first; ``binpack-topo`` also puts collectives first."""
+    """Roles another gang wants to be near go before it; ``binpack-topo`` orders collectives,
+    then gangs with a ``near_role`` affinity, then the rest (bigger GPU demand first)."""
     roles = {r.role for r in requests}
     for r in requests:
         for a in r.affinities:
@@ -98,7 +99,9 @@ def _order(requests: Sequence[GangRequest], policy: str) -> list[GangRequest]:
                 raise PlacementError(r.role, f"near_role refers to {a.role!r}, which is not in the request")
     items = list(requests)
     if policy == "binpack-topo":
-        items.sort(key=lambda r: (not r.collective, -r.count * r.demand.total_gpu_milli))
+        # Collectives, then gangs that want to be near something, then the rest; bigger first.
+        items.sort(key=lambda r: (not r.collective, r.affinity("near_role") is None,
+                                  -r.count * r.demand.total_gpu_milli))
     out: list[GangRequest] = []
     pending = items
     while pending:
