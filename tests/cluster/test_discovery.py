@@ -122,3 +122,19 @@ def test_topo_cli_json_and_recording(fixtures, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "cpu" in text and "memory" in text
     assert main(["topo", "--nvml-recording", str(tmp_path / "missing.json")]) == 2
+
+
+def test_pynvml_source_uses_only_names_the_library_has():
+    """Guards the real adapter against API drift: every pynvml name it calls exists."""
+    import inspect
+    import re
+
+    import pynvml
+
+    from kilorl.cluster import nvml
+
+    used = set(re.findall(r"(?:nv|_nv)\.(nvml\w+|NVML\w+)", inspect.getsource(nvml.PynvmlSource)))
+    used |= set(re.findall(r"pynvml\.(nvml\w+|NVML\w+)", inspect.getsource(nvml.PynvmlSource)))
+    assert {"nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetNvLinkRemotePciInfo", "nvmlInit"} <= used
+    missing = sorted(n for n in used if not hasattr(pynvml, n))
+    assert missing == []
