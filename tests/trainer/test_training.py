@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from kilorl.trainer import Trainer
@@ -86,3 +87,21 @@ def test_cartpole_example_reaches_475(ray_local, tmp_path):
     result = Trainer(cfg, tmp_path / "run").fit()
     assert result.episode_return_mean >= 475
     assert evaluate(result.checkpoint, episodes=20).episode_return_mean >= 475
+
+
+def test_continuous_actions_with_normalizers_merged_from_actors(ray_local, tmp_path):
+    from kilorl.trainer.checkpoint import load_checkpoint
+
+    cfg = tiny_config(
+        env={"id": "Pendulum-v1", "normalize_obs": True, "normalize_reward": True},
+        parallelism={"actor": 2, "envs_per_actor": 2},
+        train={"total_env_steps": 1024},
+    )
+    result = Trainer(cfg, tmp_path / "run").fit()
+    state, meta = load_checkpoint(result.checkpoint)
+    # Every observation of both actors was folded into the learner's statistics.
+    assert float(state["obs_rms"]["count"][0]) >= 1024
+    # Pendulum's first two features are cos/sin of the angle: unit-variance-ish, bounded.
+    assert np.all(np.abs(state["obs_rms"]["mean"][:2]) <= 1) and np.all(state["obs_rms"]["var"][:2] <= 1)
+    assert float(state["ret_rms"]["count"][0]) >= 1024 and float(np.asarray(state["ret_rms"]["var"])) > 0
+    assert meta["env_steps"] == 1024
