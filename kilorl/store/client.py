@@ -10,6 +10,7 @@ Small values, and every value for remote clients, travel inline in the frame pay
 from __future__ import annotations
 
 import collections
+import ctypes
 import enum
 import os
 import socket
@@ -23,7 +24,7 @@ import numpy as np
 from kilorl.store import serialization
 from kilorl.store.arena import Arena
 from kilorl.store.config import default_run_dir
-from kilorl.store.errors import error_from_code
+from kilorl.store.errors import InvalidRequest, error_from_code
 from kilorl.store.protocol import FramedSocket, host_identity, is_loopback, parse_address
 
 
@@ -122,15 +123,26 @@ class StoreClient:
             raise error_from_code(resp.get("code", ""), resp.get("msg", "request failed"))
         return resp, payload
 
+    def _check_size(self, nbytes: int) -> None:
+        if nbytes > self.info["max_payload"]:
+            raise InvalidRequest(f"value: {nbytes} bytes exceed the worker's frame limit of "
+                                 f"{self.info['max_payload']} bytes (--max-payload)")
+
     def _zc(self) -> int | None:
         return self.inline_threshold if self.arena is not None else None
 
     def _materialize(self, item: dict[str, Any], payload: memoryview | None, offset: int = 0) -> Any:
         meta, size = item["meta"], item["size"]
         if "loc" in item:
-            view = self.arena.view[item["loc"]:item["loc"] + size]
-            weakref.finalize(view, self._released.append, item["lease"])
-            return serialization.decode(meta, view)
+            # A ctypes array over the arena is the buffer exporter of every view made from it
+            # (numpy, torch, memoryview slices keep it alive), so its finalizer runs exactly
+            # when the last view is gone: that is when the lease can be returned.
+            holder = (ctypes.c_char * size).from_buffer(self.arena.mm, item["loc"]) if size else bytearray()
+            if size:
+                weakref.finalize(holder, self._released.append, item["lease"])
+            else:
+                self._released.append(item["lease"])
+            return serialization.decode(meta, memoryview(holder).cast("B"))
         if "cuda_ipc" in item and meta.get("k") == "tensor":  # UNTESTED here: needs a CUDA machine
             import torch
 
@@ -142,6 +154,7 @@ class StoreClient:
 
     def _write(self, fields: dict[str, Any], value: Any) -> dict[str, Any]:
         enc = serialization.encode(value)
+        self._check_size(enc.nbytes)
         fields["meta"] = enc.meta
         if self.arena is not None and enc.nbytes >= self.inline_threshold:
             resp, _ = self._call({"op": "alloc", "size": enc.nbytes})
@@ -274,6 +287,7 @@ class Producer:
 
     def send(self, value: Any, timeout: float | None = None) -> int:
         enc = serialization.encode(value)
+        self.client._check_size(enc.nbytes)
         resp, _ = self.client._call({"op": "xsend", "stream": self.stream, "meta": enc.meta, "timeout": timeout,
                                      "capacity": self.capacity}, enc.buffers())
         return resp["id"]
