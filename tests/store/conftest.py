@@ -80,6 +80,13 @@ class WorkerProcess:
     def kill9(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
+        self.remove_arena()
+
+    def remove_arena(self) -> None:
+        """A killed worker cannot unlink its shared-memory file; do it for it."""
+        arena = getattr(self, "info", {}).get("arena")
+        if arena and os.path.exists(arena):
+            os.unlink(arena)
 
     def stop(self, timeout: float = 60.0) -> int:
         if self.alive():
@@ -108,6 +115,7 @@ def workers(tmp_path):
         if w.alive():
             w.proc.kill()
             w.proc.wait(10)
+        w.remove_arena()
 
 
 @pytest.fixture

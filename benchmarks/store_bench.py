@@ -1,0 +1,358 @@
+"""Data system, one node: kiloRL store vs redis-server vs Ray's object store vs numpy memcpy.
+
+For 1 KiB, 1 MiB, 64 MiB and 256 MiB values it measures, in one run on this machine:
+set throughput, get latency (p50/p99) and get+read bandwidth with 1 and 4 reader
+processes. "read" copies every byte of the value into the reader's own buffer
+(``np.copyto``), the same work as the memcpy baseline, so get+read / memcpy says what
+the store's get costs on top of touching the data. Every figure is the median of
+``--runs`` runs. kiloRL and Redis are both reached over a Unix socket (the local
+default of each); kiloRL reads are zero-copy views of its shared-memory arena.
+
+    python benchmarks/store_bench.py [--sizes 1KiB,1MiB,64MiB,256MiB] [--runs 5] [--json out.json]
+
+Needs ``pip install -e '.[bench]'`` (redis client) and ``redis-server`` from Debian
+(``bash scripts/services.sh``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+SIZES = {"1KiB": 1 << 10, "1MiB": 1 << 20, "64MiB": 64 << 20, "256MiB": 256 << 20}
+
+
+def ops_for(size: int) -> int:
+    return max(3, min(2000, (256 << 20) // max(size, 1) // 64 or 3)) if size > 1 << 20 else (2000 if size <= 1 << 10 else 200)
+
+
+def median(xs):
+    return statistics.median(xs)
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- systems under test: each gives set(value), get() -> obj, read(obj, dst) ------------
+class Kilorl:
+    name = "kilorl"
+
+    def __init__(self, tmp: Path, arena: str):
+        self.run_dir = tmp / "kilorl-run"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kilorl.cli.main", "store", "start", "--foreground", "--port", "0",
+             "--token", "bench", "--shm-size", arena, "--run-dir", str(self.run_dir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 60
+        while not (self.run_dir / "worker.json").exists():
+            if time.time() > deadline or self.proc.poll() is not None:
+                raise RuntimeError("kilorl worker did not start")
+            time.sleep(0.05)
+        self.address = f"127.0.0.1:{json.loads((self.run_dir / 'worker.json').read_text())['port']}"
+        self.connect()
+
+    def connect(self):
+        from kilorl.store import StoreClient
+
+        self.c = StoreClient(self.address, token="bench")
+
+    def set(self, key, value):
+        self.c.set(key, value)
+
+    def get(self, key):
+        return self.c.get(key)
+
+    def close(self):
+        self.c.close()
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+class Redis:
+    name = "redis"
+
+    def __init__(self, tmp: Path):
+        if not shutil.which("redis-server"):
+            raise RuntimeError("redis-server not found: run `bash scripts/services.sh`")
+        self.sock = str(tmp / "redis.sock")
+        self.proc = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", self.sock, "--save", "",
+                                      "--appendonly", "no", "--maxmemory", "0", "--dir", str(tmp)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 30
+        while not os.path.exists(self.sock):
+            if time.time() > deadline:
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.05)
+        self.connect()
+
+    def connect(self):
+        import redis
+
+        self.c = redis.Redis(unix_socket_path=self.sock)
+        self.c.ping()
+
+    def set(self, key, value):
+        self.c.set(key, memoryview(value))
+
+    def get(self, key):
+        return np.frombuffer(self.c.get(key), dtype=np.uint8)
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+class Ray:
+    name = "ray"
+
+    def __init__(self, tmp: Path, store_bytes: int):
+        import ray
+
+        ray.init(num_cpus=4, object_store_memory=store_bytes, include_dashboard=False, log_to_driver=False,
+                 _temp_dir=str(tmp / "ray"))
+        self.ray = ray
+        self.refs = {}
+
+    def set(self, key, value):
+        self.refs[key] = self.ray.put(value)
+
+    def get(self, key):
+        return self.ray.get(self.refs[key])
+
+    def close(self):
+        self.ray.shutdown()
+
+
+class Memcpy:
+    """The floor: a store that is a private numpy buffer (get = one copy out)."""
+
+    name = "memcpy"
+
+    def __init__(self):
+        self.data = {}
+
+    def set(self, key, value):
+        buf = self.data.get(key)
+        if buf is None or buf.nbytes != value.nbytes:
+            buf = self.data[key] = np.empty_like(value)
+        np.copyto(buf, value)
+
+    def get(self, key):
+        return self.data[key]
+
+    def close(self):
+        pass
+
+
+# -- measurements ------------------------------------------------------------------------
+def bench_set(sys_, value, n):
+    t0 = time.perf_counter()
+    for i in range(n):
+        sys_.set("bench/set", value)
+    dt = time.perf_counter() - t0
+    return n / dt
+
+
+def bench_get(sys_, key, n):
+    lat = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        v = sys_.get(key)
+        lat.append((time.perf_counter_ns() - t0) / 1e3)
+        del v
+    return lat
+
+
+def bench_get_read(sys_, key, size, n):
+    dst = np.empty(size, dtype=np.uint8)
+    dst[::4096] = 0
+    t0 = time.perf_counter()
+    for _ in range(n):
+        v = sys_.get(key)
+        np.copyto(dst, v.reshape(-1).view(np.uint8) if isinstance(v, np.ndarray) else v)
+        del v
+    return n * size / (time.perf_counter() - t0)
+
+
+def _reader(kind, arg, key, size, n, barrier, out):
+    if kind == "kilorl":
+        from kilorl.store import StoreClient
+
+        c = StoreClient(arg, token="bench")
+        get = c.get
+    elif kind == "redis":
+        import redis
+
+        r = redis.Redis(unix_socket_path=arg)
+        get = lambda k: np.frombuffer(r.get(k), dtype=np.uint8)  # noqa: E731
+    else:
+        src = np.full(size, 7, dtype=np.uint8)
+        get = lambda k: src  # noqa: E731
+    dst = np.empty(size, dtype=np.uint8)
+    np.copyto(dst, get(key))  # warm up: page tables, buffers
+    barrier.wait()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        v = get(key)
+        np.copyto(dst, v)
+        del v
+    out.put((t0, time.perf_counter()))
+
+
+def parallel_read(kind, arg, key, size, n, readers):
+    ctx = mp.get_context("spawn")
+    barrier, out = ctx.Barrier(readers), ctx.Queue()
+    procs = [ctx.Process(target=_reader, args=(kind, arg, key, size, n, barrier, out)) for _ in range(readers)]
+    for p in procs:
+        p.start()
+    spans = [out.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join(60)
+    return readers * n * size / (max(e for _, e in spans) - min(s for s, _ in spans))
+
+
+def ray_parallel_read(ray_sys, key, size, n, readers):
+    ray = ray_sys.ray
+
+    @ray.remote(num_cpus=1)
+    class Reader:
+        def __init__(self):
+            self.dst = np.empty(size, dtype=np.uint8)
+
+        def warm(self, refs):
+            np.copyto(self.dst, ray.get(refs[0]))
+            return True
+
+        def run(self, refs, start_at):
+            while time.time() < start_at:
+                pass
+            t0 = time.time()
+            for _ in range(n):
+                v = ray.get(refs[0])
+                np.copyto(self.dst, v)
+                del v
+            return t0, time.time()
+
+    actors = [Reader.remote() for _ in range(readers)]
+    ref = [ray_sys.refs[key]]  # wrapped in a list so the actor receives the ref, not the value
+    ray.get([a.warm.remote(ref) for a in actors])
+    start_at = time.time() + 0.5
+    spans = ray.get([a.run.remote(ref, start_at) for a in actors])
+    for a in actors:
+        ray.kill(a)
+    return readers * n * size / (max(e for _, e in spans) - min(s for s, _ in spans))
+
+
+def measure(s, value: np.ndarray, size: int, runs: int) -> dict:
+    n = ops_for(size)
+    s.set("bench/get", value)
+    sets, p50s, p99s, bw1 = [], [], [], []
+    for _ in range(runs):
+        sets.append(bench_set(s, value, n))
+        lat = bench_get(s, "bench/get", n)
+        p50s.append(pct(lat, 0.5))
+        p99s.append(pct(lat, 0.99))
+        if size >= 1 << 20:
+            bw1.append(bench_get_read(s, "bench/get", size, max(3, n // 2)))
+    s.set("bench/set", value[:1])  # free the big set target
+    r = {"set_ops": median(sets), "set_GBps": median(sets) * size / 1e9, "get_p50_us": median(p50s),
+         "get_p99_us": median(p99s), "get_ops": 1e6 / median(p50s)}
+    if bw1:
+        r["get_read_1_GBps"] = median(bw1) / 1e9
+        nr = max(3, min(n // 2, 8))
+        bw4 = []
+        for _ in range(max(1, runs // 2)):
+            if s.name == "ray":
+                bw4.append(ray_parallel_read(s, "bench/get", size, nr, 4))
+            elif s.name == "kilorl":
+                bw4.append(parallel_read("kilorl", s.address, "bench/get", size, nr, 4))
+            elif s.name == "redis":
+                bw4.append(parallel_read("redis", s.sock, "bench/get", size, nr, 4))
+            else:
+                bw4.append(parallel_read("memcpy", None, "bench/get", size, nr, 4))
+        r["get_read_4_GBps"] = median(bw4) / 1e9
+    s.set("bench/get", value[:1])
+    return r
+
+
+def run(args) -> dict:
+    sizes = {k: SIZES[k] for k in args.sizes.split(",")}
+    biggest = max(sizes.values())
+    tmp = Path(tempfile.mkdtemp(prefix="store-bench-"))
+    results: dict = {"machine": f"{platform.node()} {platform.processor() or platform.machine()}, "
+                                f"{os.cpu_count()} cpus, {round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB RAM",
+                     "runs": args.runs, "sizes": {}}
+    factories = [("memcpy", lambda: Memcpy()), ("kilorl", lambda: Kilorl(tmp, f"{max(4 * biggest, 256 << 20)}")),
+                 ("redis", lambda: Redis(tmp))]
+    if not args.no_ray:
+        factories.append(("ray", lambda: Ray(tmp, max(4 * biggest, 512 << 20))))
+    values = {label: np.random.default_rng(0).integers(0, 255, size, dtype=np.uint8) for label, size in sizes.items()}
+    try:
+        # One system at a time: no system's background threads/processes disturb another's figures.
+        for name, factory in factories:
+            s = factory()
+            try:
+                for label, size in sizes.items():
+                    results["sizes"].setdefault(label, {})[name] = measure(s, values[label], size, args.runs)
+                    r = results["sizes"][label][name]
+                    print(f"{label:>7s} {name:7s} " + " ".join(f"{k}={v:.4g}" for k, v in r.items()), flush=True)
+            finally:
+                s.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return results
+
+
+def ratios(results: dict) -> list[str]:
+    lines = []
+    for label, row in results["sizes"].items():
+        k = row.get("kilorl", {})
+        for other in ("redis", "ray", "memcpy"):
+            o = row.get(other)
+            if not o or not k:
+                continue
+            parts = [f"set {k['set_ops'] / o['set_ops']:.2f}x", f"get {k['get_ops'] / o['get_ops']:.2f}x"]
+            if "get_read_1_GBps" in k:
+                parts += [f"get+read(1) {k['get_read_1_GBps'] / o['get_read_1_GBps']:.2f}x",
+                          f"get+read(4) {k['get_read_4_GBps'] / o['get_read_4_GBps']:.2f}x"]
+            lines.append(f"{label:>7s} kilorl vs {other:6s}: " + ", ".join(parts))
+    return lines
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default="1KiB,1MiB,64MiB,256MiB")
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--no-ray", action="store_true")
+    p.add_argument("--json", help="write results here")
+    args = p.parse_args()
+    results = run(args)
+    results["ratios"] = ratios(results)
+    print("\n".join(results["ratios"]))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
