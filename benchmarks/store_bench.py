@@ -264,35 +264,26 @@ def ray_parallel_read(ray_sys, key, size, n, readers):
     return readers * n * size / (max(e for _, e in spans) - min(s for s, _ in spans))
 
 
-def measure(s, value: np.ndarray, size: int, runs: int) -> dict:
+def one_run(s, value: np.ndarray, size: int) -> dict:
+    """One run of every measurement for one system and size."""
     n = ops_for(size)
     s.set("bench/get", value)
-    sets, p50s, p99s, bw1 = [], [], [], []
-    for _ in range(runs):
-        sets.append(bench_set(s, value, n))
-        lat = bench_get(s, "bench/get", n)
-        p50s.append(pct(lat, 0.5))
-        p99s.append(pct(lat, 0.99))
-        if size >= 1 << 20:
-            bw1.append(bench_get_read(s, "bench/get", size, max(3, n // 2)))
-    s.set("bench/set", value[:1])  # free the big set target
-    r = {"set_ops": median(sets), "set_GBps": median(sets) * size / 1e9, "get_p50_us": median(p50s),
-         "get_p99_us": median(p99s), "get_ops": 1e6 / median(p50s)}
-    if bw1:
-        r["get_read_1_GBps"] = median(bw1) / 1e9
+    r = {"set_ops": bench_set(s, value, n)}
+    if s.name != "memcpy":
+        s.set("bench/set", value[:1])  # free the store's big set target (memcpy keeps its warm buffer)
+    lat = bench_get(s, "bench/get", n)
+    r.update(get_p50_us=pct(lat, 0.5), get_p99_us=pct(lat, 0.99))
+    if size >= 1 << 20:
+        r["get_read_1_GBps"] = bench_get_read(s, "bench/get", size, max(3, n // 2)) / 1e9
         nr = max(3, min(n // 2, 8))
-        bw4 = []
-        for _ in range(max(1, runs // 2)):
-            if s.name == "ray":
-                bw4.append(ray_parallel_read(s, "bench/get", size, nr, 4))
-            elif s.name == "kilorl":
-                bw4.append(parallel_read("kilorl", s.address, "bench/get", size, nr, 4))
-            elif s.name == "redis":
-                bw4.append(parallel_read("redis", s.sock, "bench/get", size, nr, 4))
-            else:
-                bw4.append(parallel_read("memcpy", None, "bench/get", size, nr, 4))
-        r["get_read_4_GBps"] = median(bw4) / 1e9
-    s.set("bench/get", value[:1])
+        if s.name == "ray":
+            bw4 = ray_parallel_read(s, "bench/get", size, nr, 4)
+        else:
+            arg = {"kilorl": getattr(s, "address", None), "redis": getattr(s, "sock", None)}.get(s.name)
+            bw4 = parallel_read(s.name, arg, "bench/get", size, nr, 4)
+        r["get_read_4_GBps"] = bw4 / 1e9
+    if s.name != "memcpy":
+        s.set("bench/get", value[:1])
     return r
 
 
@@ -302,40 +293,56 @@ def run(args) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="store-bench-"))
     results: dict = {"machine": f"{platform.node()} {platform.processor() or platform.machine()}, "
                                 f"{os.cpu_count()} cpus, {round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB RAM",
-                     "runs": args.runs, "sizes": {}}
-    factories = [("memcpy", lambda: Memcpy()), ("kilorl", lambda: Kilorl(tmp, f"{max(4 * biggest, 256 << 20)}")),
-                 ("redis", lambda: Redis(tmp))]
-    if not args.no_ray:
-        factories.append(("ray", lambda: Ray(tmp, max(4 * biggest, 512 << 20))))
-    values = {label: np.random.default_rng(0).integers(0, 255, size, dtype=np.uint8) for label, size in sizes.items()}
+                     "runs": args.runs, "sizes": {}, "per_run": {}}
+    systems = []
     try:
-        # One system at a time: no system's background threads/processes disturb another's figures.
-        for name, factory in factories:
-            s = factory()
-            try:
-                for label, size in sizes.items():
-                    results["sizes"].setdefault(label, {})[name] = measure(s, values[label], size, args.runs)
-                    r = results["sizes"][label][name]
-                    print(f"{label:>7s} {name:7s} " + " ".join(f"{k}={v:.4g}" for k, v in r.items()), flush=True)
-            finally:
-                s.close()
+        systems.append(Memcpy())
+        systems.append(Kilorl(tmp, f"{max(4 * biggest, 256 << 20)}"))
+        systems.append(Redis(tmp))
+        if not args.no_ray:
+            systems.append(Ray(tmp, max(4 * biggest, 512 << 20)))
+        for label, size in sizes.items():
+            value = np.random.default_rng(0).integers(0, 255, size, dtype=np.uint8)
+            runs = results["per_run"][label] = {s.name: [] for s in systems}
+            # Systems interleaved run by run: a load change on this shared machine hits all of them.
+            for _ in range(args.runs):
+                for s in systems:
+                    runs[s.name].append(one_run(s, value, size))
+            row = results["sizes"][label] = {}
+            for name, rs in runs.items():
+                row[name] = {k: median([r[k] for r in rs]) for k in rs[0]}
+                row[name]["get_ops"] = 1e6 / row[name]["get_p50_us"]
+                row[name]["set_GBps"] = row[name]["set_ops"] * size / 1e9
+                print(f"{label:>7s} {name:7s} " + " ".join(f"{k}={v:.4g}" for k, v in row[name].items()), flush=True)
     finally:
+        for s in systems:
+            try:
+                s.close()
+            except Exception as exc:  # keep closing the others
+                print(f"closing {s.name}: {exc}", file=sys.stderr)
         shutil.rmtree(tmp, ignore_errors=True)
     return results
 
 
+METRICS = [("set_ops", "set", False), ("get_p50_us", "get", True), ("get_read_1_GBps", "get+read(1)", False),
+           ("get_read_4_GBps", "get+read(4)", False)]
+
+
 def ratios(results: dict) -> list[str]:
+    """kiloRL / other for each metric: the median of per-run (paired) ratios."""
     lines = []
-    for label, row in results["sizes"].items():
-        k = row.get("kilorl", {})
+    for label, runs in results["per_run"].items():
+        k = runs.get("kilorl")
         for other in ("redis", "ray", "memcpy"):
-            o = row.get(other)
+            o = runs.get(other)
             if not o or not k:
                 continue
-            parts = [f"set {k['set_ops'] / o['set_ops']:.2f}x", f"get {k['get_ops'] / o['get_ops']:.2f}x"]
-            if "get_read_1_GBps" in k:
-                parts += [f"get+read(1) {k['get_read_1_GBps'] / o['get_read_1_GBps']:.2f}x",
-                          f"get+read(4) {k['get_read_4_GBps'] / o['get_read_4_GBps']:.2f}x"]
+            parts = []
+            for metric, name, lower_is_better in METRICS:
+                if metric not in k[0]:
+                    continue
+                rs = [(b[metric] / a[metric]) if lower_is_better else (a[metric] / b[metric]) for a, b in zip(k, o)]
+                parts.append(f"{name} {median(rs):.2f}x")
             lines.append(f"{label:>7s} kilorl vs {other:6s}: " + ", ".join(parts))
     return lines
 
