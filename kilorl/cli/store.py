@@ -107,7 +107,11 @@ def _start(args: argparse.Namespace) -> int:
         from kilorl.store.worker import run_worker
 
         logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-        return run_worker(rc)
+        try:
+            return run_worker(rc)
+        except StoreError as exc:
+            print(f"kilorl store start: {exc}", file=sys.stderr)
+            return 2
     rc.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     info_path = rc.run_dir / "worker.json"
     if info_path.exists():

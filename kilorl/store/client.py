@@ -24,7 +24,7 @@ import numpy as np
 from kilorl.store import serialization
 from kilorl.store.arena import Arena
 from kilorl.store.config import default_run_dir
-from kilorl.store.errors import InvalidRequest, error_from_code
+from kilorl.store.errors import ConnectionLost, InvalidRequest, ProtocolError, error_from_code
 from kilorl.store.protocol import FramedSocket, host_identity, is_loopback, parse_address
 
 
@@ -113,12 +113,15 @@ class StoreClient:
         if rel:
             header["rel"] = rel
         with self._lock:
-            self._fs.send(header, list(buffers))
-            resp, plen = self._fs.read_header()
-            payload = None
-            if plen:
-                payload = memoryview(np.empty(plen, dtype=np.uint8))  # no zero-fill, unlike bytearray
-                self._fs.read_payload_into(payload)
+            try:
+                self._fs.send(header, list(buffers))
+                resp, plen = self._fs.read_header()
+                payload = None
+                if plen:
+                    payload = memoryview(np.empty(plen, dtype=np.uint8))  # no zero-fill, unlike bytearray
+                    self._fs.read_payload_into(payload)
+            except (OSError, EOFError, ProtocolError) as exc:
+                raise ConnectionLost(f"connection to worker {self.address} lost: {exc!r}") from exc
         if not resp.get("ok"):
             raise error_from_code(resp.get("code", ""), resp.get("msg", "request failed"))
         return resp, payload

@@ -123,12 +123,13 @@ class WorkerConfig:
             raise ConfigError("disk_dir: --disk-size/--ssd-ratio need --disk-dir")
         dev = 0
         if self.device:
+            from kilorl.store.tiers.device import device_capacity
+
+            physical = device_capacity(self.device)  # fails clearly for unknown/unavailable devices
             if self.device_size is not None:
                 dev = parse_size(self.device_size, "device_size")
             elif self.hbm_ratio is not None:
-                from kilorl.store.tiers.device import device_capacity
-
-                dev = int(device_capacity(self.device) * _ratio(self.hbm_ratio, "hbm_ratio"))
+                dev = int(physical * _ratio(self.hbm_ratio, "hbm_ratio"))
             else:
                 raise ConfigError("device_size: --device needs --device-size or --hbm-ratio")
         elif self.device_size is not None or self.hbm_ratio is not None:

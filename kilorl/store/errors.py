@@ -61,6 +61,12 @@ class VersionGone(StoreError, KeyError):
         return str(self.args[0]) if self.args else "version gone"
 
 
+class ConnectionLost(StoreError, ConnectionError):
+    """The connection to the worker broke (worker stopped or killed, network failure)."""
+
+    code = "connection_lost"
+
+
 class ConfigError(StoreError, ValueError):
     """A worker or client setting is invalid; the message names the field."""
 

@@ -59,6 +59,8 @@ def _key(header: dict[str, Any]) -> str:
     key = arg(header, "key", str)
     if not key or len(key) > 4096:
         raise InvalidRequest("key: must be a non-empty string of at most 4096 characters")
+    if key.startswith("\x00"):
+        raise InvalidRequest("key: keys starting with NUL are reserved (versioned objects)")
     return key
 
 
@@ -224,7 +226,7 @@ def mget(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
 
 @op("delete")
 def delete(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
-    keys = [k for k in arg(h, "keys", list) if isinstance(k, str)]
+    keys = [k for k in arg(h, "keys", list) if isinstance(k, str) and not k.startswith("\x00")]
     n, l2_keys = w.store.delete(keys)
     w.delete_l2(l2_keys)
     return Reply({"n": n})

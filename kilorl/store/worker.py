@@ -25,7 +25,7 @@ from typing import Any
 from kilorl.store import handlers as _handlers
 from kilorl.store.arena import Arena
 from kilorl.store.config import ResolvedConfig
-from kilorl.store.errors import AuthError, ProtocolError, StoreError
+from kilorl.store.errors import AuthError, ConfigError, ProtocolError, StoreError
 from kilorl.store.objects import ObjectStore, Region
 from kilorl.store.protocol import ConnectionClosed, FramedSocket, FrameLimits, check_token, host_identity
 from kilorl.store.streams import StreamTable
@@ -66,6 +66,11 @@ class Worker:
         self.run_dir = rc.run_dir
         self.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.limits = FrameLimits(max_payload=rc.max_payload)
+        try:  # sockets first: a busy port must not leave an arena behind
+            self.tcp = socket.create_server((spec.host, spec.port), backlog=256)
+        except OSError as exc:
+            raise ConfigError(f"port: cannot listen on {spec.host}:{spec.port}: {exc.strerror}") from None
+        self.port = self.tcp.getsockname()[1]
         self.arena = Arena.create(rc.shm_bytes)
         self.store = ObjectStore(rc, self.arena)
         self.versions = VersionTable(spec.keep_versions)
@@ -78,8 +83,6 @@ class Worker:
         self._conn_ids = itertools.count(1)
         self._stop = threading.Event()
         self._stopped = threading.Event()
-        self.tcp = socket.create_server((spec.host, spec.port), reuse_port=False, backlog=256)
-        self.port = self.tcp.getsockname()[1]
         self.unix_path = self.run_dir / "worker.sock"
         if self.unix_path.exists():
             self.unix_path.unlink()

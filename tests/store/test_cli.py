@@ -52,3 +52,13 @@ def test_bad_options_are_named(tmp_path):
     assert r.returncode == 2 and "disk_dir" in r.stderr
     r = kilorl("stop", "--port", "1", "--run-dir", str(tmp_path / "none"))
     assert r.returncode == 1 and "no worker" in r.stderr
+
+
+def test_busy_port_and_bad_device_fail_clearly(tmp_path, workers):
+    w = workers("--shm-size", "8MiB")
+    r = kilorl("start", "--foreground", "--port", str(w.port), "--shm-size", "8MiB", "--run-dir", str(tmp_path / "x"))
+    assert r.returncode == 2 and "port" in r.stderr and "Traceback" not in r.stderr
+    r = kilorl("start", "--foreground", "--device", "npu:0", "--device-size", "1GiB", "--shm-size", "8MiB",
+               "--run-dir", str(tmp_path / "y"))
+    assert r.returncode == 2 and "device" in r.stderr and "Traceback" not in r.stderr
+    assert w.alive()

@@ -133,3 +133,22 @@ def test_invalid_input_names_the_field(client):
     with pytest.raises(InvalidRequest, match="key"):
         client.set("", b"x")
     assert client.ping()  # the connection survived every error
+
+
+def test_reserved_keys_are_refused(client):
+    client.publish("p", 1, b"v1")
+    with pytest.raises(InvalidRequest, match="reserved"):
+        client.set("\x00ver/p/00000000000000000002", b"forged")
+    assert client.delete("\x00ver/p/00000000000000000001") == 0
+    assert bytes(client.get_version("p").value) == b"v1"
+
+
+def test_worker_death_is_a_clear_client_error(workers):
+    from kilorl.store import ConnectionLost
+
+    w = workers("--shm-size", "8MiB")
+    c = w.client()
+    c.set("k", b"v")
+    w.kill9()
+    with pytest.raises(ConnectionLost, match="lost"):
+        c.get("k")

@@ -17,7 +17,10 @@ def device_capacity(device: str) -> int:
     """Physical memory of a device in bytes (RAM for ``cpu``)."""
     import torch
 
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ConfigError(f"device: {device!r} is not a torch device (use cuda:N or cpu)") from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError(f"device: {device!r} requested but CUDA is not available in this torch build")
