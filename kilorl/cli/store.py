@@ -39,6 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     start.add_argument("--tier-rule", action="append", default=[], metavar="PREFIX=TIER",
                        help="preferred tier of keys with this prefix (repeatable), e.g. policy/=device")
     start.add_argument("--max-payload", default="2GiB", help="largest frame payload")
+    start.add_argument("--high-watermark", type=float, default=0.90, help="tier share that triggers demotion")
+    start.add_argument("--low-watermark", type=float, default=0.75, help="tier share demotion stops at")
+    start.add_argument("--write-back-queue", type=int, default=4096, help="bound of the WRITE_BACK_L2 queue")
+    start.add_argument("--keep-versions", type=int, default=2, help="versions kept per published name")
+    start.add_argument("--stream-capacity", type=int, default=1024, help="default unacked messages per stream")
+    start.add_argument("--ack-timeout", type=float, default=30.0, help="seconds before an unacked message is redelivered")
     start.add_argument("--run-dir", help="directory for socket, pid, token and log (default per port)")
     start.add_argument("--foreground", action="store_true", help="run in this process instead of daemonizing")
     start.add_argument("--log-level", default="INFO")
@@ -69,7 +75,10 @@ def _config(args: argparse.Namespace):
                         shm_size=args.shm_size, dram_ratio=args.dram_ratio, disk_dir=args.disk_dir,
                         disk_size=args.disk_size, ssd_ratio=args.ssd_ratio, device=args.device,
                         device_size=args.device_size, hbm_ratio=args.hbm_ratio, l2_dir=args.l2_dir,
-                        max_payload=args.max_payload, tier_rules=rules)
+                        max_payload=args.max_payload, tier_rules=rules, high_watermark=args.high_watermark,
+                        low_watermark=args.low_watermark, write_back_queue=args.write_back_queue,
+                        keep_versions=args.keep_versions, stream_capacity=args.stream_capacity,
+                        ack_timeout_s=args.ack_timeout)
 
 
 def _run_dir(args: argparse.Namespace) -> Path:
@@ -82,7 +91,8 @@ def _forward(args: argparse.Namespace) -> list[str]:
     """The start options again, for the daemon's own command line."""
     out = []
     for name in ("host", "port", "token", "shm_size", "dram_ratio", "disk_dir", "disk_size", "ssd_ratio", "device",
-                 "device_size", "hbm_ratio", "l2_dir", "max_payload", "log_level"):
+                 "device_size", "hbm_ratio", "l2_dir", "max_payload", "log_level", "high_watermark", "low_watermark",
+                 "write_back_queue", "keep_versions", "stream_capacity", "ack_timeout"):
         value = getattr(args, name)
         if value is not None:
             out += [f"--{name.replace('_', '-')}", str(value)]

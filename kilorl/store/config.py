@@ -101,6 +101,11 @@ class WorkerConfig:
             raise ConfigError(f"insecure: --insecure is only allowed on a loopback host, not {self.host!r}")
         if not 0 < self.low_watermark < self.high_watermark <= 1:
             raise ConfigError("low_watermark/high_watermark: need 0 < low < high <= 1")
+        for name in ("write_back_queue", "keep_versions", "stream_capacity"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.ack_timeout_s <= 0:
+            raise ConfigError(f"ack_timeout_s: must be > 0, got {self.ack_timeout_s}")
         ram = psutil.virtual_memory().total
         if self.shm_size is not None:
             shm = parse_size(self.shm_size, "shm_size")

@@ -96,3 +96,19 @@ def test_l2_objects_evicted_from_memory_are_served_from_l2(workers, tmp_path):
     assert c.stats()["counters"]["evictions_to_l2"] > 0
     for k, v in blobs.items():
         assert np.array_equal(c.get(k), v)
+
+
+def test_write_back_queue_is_bounded(workers, tmp_path):
+    l2 = str(tmp_path / "l2")
+    w = workers("--shm-size", "32MiB", "--l2-dir", l2, "--write-back-queue", "4", name="a")
+    c = w.client()
+    probe = w.client()
+    depths = []
+    for i in range(300):
+        c.set(f"k{i}", payload(i), write_mode=WriteMode.WRITE_BACK_L2)
+        if i % 10 == 0:
+            depths.append(probe.stats()["l2"]["queue"])
+    assert max(depths) <= 4  # writers waited for the flusher instead of growing the queue
+    assert w.stop() == 0
+    c2 = workers("--shm-size", "32MiB", "--l2-dir", l2, name="b").client()
+    assert len(c2.keys("k")) == 300

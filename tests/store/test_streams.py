@@ -111,3 +111,18 @@ for i in range(100):
     finally:
         producer.wait(60)
     assert producer.returncode == 0
+
+
+def test_unacked_message_redelivered_after_ack_timeout(workers):
+    w = workers("--shm-size", "8MiB", "--ack-timeout", "0.5")
+    c1, c2 = w.client(), w.client()
+    c1.producer("s").send(b"task")
+    slow = c1.consumer("s", "g")
+    m = slow.receive(timeout=5)
+    assert m.deliveries == 1
+    other = c2.consumer("s", "g")
+    assert other.receive(timeout=0.1) is None  # still pending with the slow consumer
+    again = other.receive(timeout=10)  # redelivered once the ack timeout passes
+    assert again.id == m.id and bytes(again.value) == b"task" and again.deliveries == 2
+    other.ack(again.id)
+    assert slow.receive(timeout=0.7) is None
