@@ -146,13 +146,10 @@ class StoreClient:
             else:
                 self._released.append(item["lease"])
             return serialization.decode(meta, memoryview(holder).cast("B"))
-        if "cuda_ipc" in item and meta.get("k") == "tensor":  # UNTESTED here: needs a CUDA machine
-            import torch
-
+        if "cuda_ipc" in item:  # UNTESTED here: needs a CUDA machine
             from kilorl.store.tiers.device import open_ipc_handle
 
-            flat = open_ipc_handle(item["cuda_ipc"])
-            return flat.view(getattr(torch, meta["dt"])).reshape(meta["sh"])
+            return serialization.decode_device(meta, open_ipc_handle(item["cuda_ipc"]))
         return serialization.decode(meta, payload[offset:offset + size] if payload is not None else memoryview(b""))
 
     def _write(self, fields: dict[str, Any], value: Any) -> dict[str, Any]:
@@ -197,7 +194,7 @@ class StoreClient:
         for item in resp["items"]:
             if item is None:
                 out.append(None)
-            elif "loc" in item:
+            elif "loc" in item or "cuda_ipc" in item:  # no inline bytes for these
                 out.append(self._materialize(item, None))
             else:
                 out.append(self._materialize(item, payload, pos))

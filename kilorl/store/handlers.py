@@ -188,8 +188,12 @@ def read_reply(w: "Worker", conn: "Connection", handle: ReadHandle, zc: int | No
             item.update(loc=handle.region.offset, lease=lease)
             return item, [], []
         return item, [w.store.view(handle.region)], [handle.region]
-    if handle.cuda_ipc is not None and conn.same_host and zc is not None:
-        item["cuda_ipc"] = handle.cuda_ipc
+    if handle.tensor is not None:
+        ipc = w.store.device.ipc_handle(handle.tensor) if conn.same_host and zc is not None else None
+        if ipc is not None:  # same node, CUDA: the reader maps the worker's tensor (untested here)
+            item["cuda_ipc"] = ipc
+            return item, [], []
+        return item, [w.store.device.to_host(handle.tensor)], []
     return item, [handle.data], []
 
 

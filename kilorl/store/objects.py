@@ -67,7 +67,7 @@ class ReadHandle:
     tier: str
     region: Region | None = None
     data: memoryview | None = None
-    cuda_ipc: dict[str, Any] | None = None
+    tensor: Any = None
 
 
 class ObjectStore:
@@ -331,8 +331,8 @@ class ObjectStore:
                 obj.region.refs += 1
                 return ReadHandle(obj.meta, obj.size, "dram", region=obj.region)
             if obj.tier == "device":
-                return ReadHandle(obj.meta, obj.size, "device", data=self.device.to_host(obj.tensor),
-                                  cuda_ipc=self.device.ipc_handle(obj.tensor))
+                # The reply decides between a CUDA IPC handle and a host copy (device_payload).
+                return ReadHandle(obj.meta, obj.size, "device", tensor=obj.tensor)
             buf = bytearray(obj.size)
             self._read_cold(obj, memoryview(buf))
             return ReadHandle(obj.meta, obj.size, obj.tier or "l2", data=memoryview(buf))

@@ -148,3 +148,26 @@ def decode(meta: dict[str, Any], buf: memoryview) -> Any:
             out[name] = _bytes_view(buf, off, n) if k == "bytes" else _decode_array(k, dtype, shape, buf, off, n)
         return out
     raise InvalidRequest(f"meta: unknown value kind {kind!r}")
+
+
+def decode_device(meta: dict[str, Any], flat: Any) -> Any:
+    """Decodes from a flat uint8 device tensor (CUDA IPC path): tensors stay on the device,
+    numpy/bytes entries are copied to the host. UNTESTED here (needs a GPU)."""
+    import torch
+
+    def tensor_at(dtype: str, shape: list[int], off: int, n: int) -> Any:
+        return flat[off:off + n].view(getattr(torch, dtype)).reshape(shape)
+
+    kind = meta.get("k")
+    if kind == "tensor":
+        return tensor_at(meta["dt"], meta["sh"], 0, flat.numel())
+    if kind == "dict":
+        out = {}
+        for name, k, dtype, shape, off, n in meta["e"]:
+            if k == "tensor":
+                out[name] = tensor_at(dtype, shape, off, n)
+            else:
+                host = memoryview(flat[off:off + n].cpu().numpy())
+                out[name] = decode({"k": k, "dt": dtype, "sh": shape}, host)
+        return out
+    return decode(meta, memoryview(flat.cpu().numpy()))

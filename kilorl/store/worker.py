@@ -79,6 +79,7 @@ class Worker:
             self.delete_l2(self.store.delete(surplus)[1])
         self.streams = StreamTable(spec.stream_capacity, spec.ack_timeout_s)
         self.handlers: dict[str, _handlers.Handler] = dict(_handlers.HANDLERS)
+        self.services: list[Any] = []
         self.connections: dict[int, Connection] = {}
         self._conn_ids = itertools.count(1)
         self._stop = threading.Event()
@@ -96,6 +97,11 @@ class Worker:
     def register(self, op: str, handler: _handlers.Handler) -> None:
         """Adds a request type (used by layers above, e.g. multi-node routing)."""
         self.handlers[op] = handler
+
+    def add_service(self, service: Any) -> None:
+        """Hosts a component in this worker (e.g. a metastore): ``service.start(worker)`` runs
+        when serving begins, ``service.stop()`` at shutdown before L2 is flushed."""
+        self.services.append(service)
 
     def delete_l2(self, items: list[tuple[str, str]]) -> None:
         """Removes L2 copies: at once for write-through objects, queued for write-back ones."""
@@ -122,6 +128,8 @@ class Worker:
     # -- serving -----------------------------------------------------------------------
     def serve_forever(self) -> None:
         threading.Thread(target=self._housekeeping, name="housekeeping", daemon=True).start()
+        for service in self.services:
+            service.start(self)
         sel = selectors.DefaultSelector()
         sel.register(self.tcp, selectors.EVENT_READ, "tcp")
         sel.register(self.unix, selectors.EVENT_READ, "unix")
@@ -241,6 +249,11 @@ class Worker:
         log.info("worker %d stopping", self.pid)
         for s in (self.tcp, self.unix):
             s.close()
+        for service in reversed(self.services):
+            try:
+                service.stop()
+            except Exception:
+                log.exception("stopping service %r failed", service)
         if self.store.l2 is not None:
             self.store.l2.close()  # flushes every queued write-back entry
             log.info("L2 flushed (%d write-back entries)", self.store.l2.flushed)
