@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from kilorl.store import StoreTimeout
-from tests.store.conftest import run_python
+from store_helpers import run_python
 
 
 def test_send_receive_ack_and_groups(worker, client):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from kilorl.store import InvalidRequest, KeyNotFound, StoreTimeout
-from tests.store.conftest import run_python, wait_until
+from store_helpers import run_python, wait_until
 
 VALUES = {
     "bytes-small": b"hello world",

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from kilorl.store.arena import Arena
-from tests.store.conftest import run_python, wait_until
+from store_helpers import run_python, wait_until
 
 
 def arena_base(client) -> int:

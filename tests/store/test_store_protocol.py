@@ -10,7 +10,7 @@ import pytest
 
 from kilorl.store import AuthError, ConfigError, InvalidRequest, WorkerConfig
 from kilorl.store.protocol import MAGIC, PREFIX, VERSION
-from tests.store.conftest import wait_until
+from store_helpers import wait_until
 
 
 def frame(header: dict, payload: bytes = b"", magic: bytes = MAGIC, plen: int | None = None) -> bytes:

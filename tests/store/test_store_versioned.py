@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kilorl.store import InvalidRequest, StoreTimeout, VersionGone, WriteMode
-from tests.store.conftest import wait_until
+from store_helpers import wait_until
 
 
 def params(v: int) -> dict:
