@@ -112,3 +112,21 @@ def test_write_back_queue_is_bounded(workers, tmp_path):
     assert w.stop() == 0
     c2 = workers("--shm-size", "32MiB", "--l2-dir", l2, name="b").client()
     assert len(c2.keys("k")) == 300
+
+
+def test_corrupt_l2_files_are_skipped_not_fatal(workers, tmp_path):
+    l2 = tmp_path / "l2"
+    w = workers("--shm-size", "16MiB", "--l2-dir", str(l2), name="a")
+    c = w.client()
+    c.set("good", b"fine", write_mode=WriteMode.WRITE_THROUGH_L2)
+    c.set("cut", b"x" * 10_000, write_mode=WriteMode.WRITE_THROUGH_L2)
+    w.kill9()
+    files = sorted((l2 / "objects").glob("*.obj"), key=lambda p: p.stat().st_size)
+    big = files[-1]
+    big.write_bytes(big.read_bytes()[:5000])  # a torn file (e.g. disk trouble)
+    (l2 / "objects" / "junk.obj").write_bytes(b"not an object")
+    w2 = workers("--shm-size", "16MiB", "--l2-dir", str(l2), name="b")
+    c2 = w2.client()
+    assert bytes(c2.get("good")) == b"fine"
+    assert not c2.exists("cut")
+    assert "skipping unreadable L2 file" in w2.read_log()

@@ -114,7 +114,7 @@ for i in range(100):
 
 
 def test_unacked_message_redelivered_after_ack_timeout(workers):
-    w = workers("--shm-size", "8MiB", "--ack-timeout", "0.5")
+    w = workers("--shm-size", "8MiB", "--ack-timeout", "2")
     c1, c2 = w.client(), w.client()
     c1.producer("s").send(b"task")
     slow = c1.consumer("s", "g")
@@ -125,4 +125,4 @@ def test_unacked_message_redelivered_after_ack_timeout(workers):
     again = other.receive(timeout=10)  # redelivered once the ack timeout passes
     assert again.id == m.id and bytes(again.value) == b"task" and again.deliveries == 2
     other.ack(again.id)
-    assert slow.receive(timeout=0.7) is None
+    assert slow.receive(timeout=0.5) is None
