@@ -124,7 +124,7 @@ class ObjectStore:
             f"{tier} tier full: need {size} bytes, {self._capacity(tier) - self._used(tier)} of "
             f"{self._capacity(tier)} free (largest block {self.alloc.largest_free() if tier == 'dram' else 'n/a'}); "
             f"{pinned} bytes pinned, {self._used(tier) - live if tier == 'dram' else 0} bytes held by readers "
-            f"of replaced objects; nothing colder could be demoted")
+            f"of replaced objects or in-flight writes; nothing colder could be demoted")
 
     # -- making room -------------------------------------------------------------------
     def _alloc_dram(self, size: int, protect: Obj | None = None, max_heat: float | None = None) -> Region:
@@ -218,6 +218,8 @@ class ObjectStore:
         spec = self.rc.spec
         if not cap or self._used(tier) <= spec.high_watermark * cap:
             return
+        if self.l2 is None and (tier == "disk" or (tier == "dram" and self.disk is None)):
+            return  # nowhere to demote to: don't scan every object on every write
         for victim in self._victims(tier, protect, None):
             if self._used(tier) <= spec.low_watermark * cap:
                 break
