@@ -212,19 +212,23 @@ def get(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
 def mget(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
     keys = arg(h, "keys", list)
     zc = arg(h, "zc", int, None)
+    if not all(isinstance(k, str) for k in keys):
+        raise InvalidRequest("keys: every key must be a string")
     items, bufs, regions = [], [], []
-    for k in keys:
-        if not isinstance(k, str):
-            raise InvalidRequest("keys: every key must be a string")
-        try:
-            handle = w.store.acquire(k)
-        except KeyNotFound:
-            items.append(None)
-            continue
-        item, b, r = read_reply(w, conn, handle, zc)
-        items.append(item)
-        bufs += b
-        regions += r
+    try:
+        for k in keys:
+            try:
+                handle = w.store.acquire(k)
+            except KeyNotFound:
+                items.append(None)
+                continue
+            item, b, r = read_reply(w, conn, handle, zc)
+            items.append(item)
+            bufs += b
+            regions += r
+    except BaseException:
+        w.store.release(regions)  # leases already handed out go with the connection
+        raise
     return Reply({"items": items}, bufs, (lambda: w.store.release(regions)) if regions else None)
 
 
