@@ -1,0 +1,232 @@
+"""Trace-driven scheduler simulation.
+
+Two modes:
+
+- ``fill`` (FGD's methodology): pods arrive in trace order and never leave; once the trace
+  is used up it is submitted again, until the GPU share that has *arrived* reaches
+  ``target_load`` x the cluster's GPUs. A pod that fits nowhere is rejected (not queued).
+  The cluster is **saturated** once arrived GPU demand reaches 100% of its GPU capacity;
+  beyond that only fragmentation keeps GPUs idle.
+- ``replay``: arrivals at ``creation_time``, departures at ``deletion_time``, as recorded.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from kilorl.cluster.alibaba import TracePod
+from kilorl.cluster.fragmentation import Workload
+from kilorl.cluster.policies import GPU_CHOICE, FragCache, check_policy, choose_node
+from kilorl.cluster.requests import GangRequest
+from kilorl.cluster.state import Allocation, ClusterState
+from kilorl.cluster.topology import Topology
+
+CHECKPOINT_STEP = 0.05
+"""``fill`` records a sample every time another 5% of the GPU capacity has arrived."""
+
+
+@dataclass
+class SimResult:
+    policy: str
+    mode: str
+    gpus: float
+    """Cluster GPU capacity."""
+    arrived: int = 0
+    placed: int = 0
+    failed: int = 0
+    failed_gpu: float = 0.0
+    """GPU share asked by rejected pods."""
+    rejected: list[str] = field(default_factory=list)
+    """Names of the pods / jobs that could not be placed (in arrival order)."""
+    timeline: list[dict[str, float]] = field(default_factory=list)
+    """Samples: arrived load or time, allocation rate, fragmentation."""
+    latencies_us: list[float] = field(default_factory=list)
+    final_allocation_rate: float = 0.0
+    final_fragmentation_gpus: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Mode-specific numbers (job mode: mean learner all-reduce, peak allocation)."""
+
+    @property
+    def unallocated_gpus(self) -> float:
+        return self.gpus * (1 - self.final_allocation_rate)
+
+    def saturated_allocation_rate(self) -> float | None:
+        """Mean allocation rate over the samples taken at arrived load >= 100%."""
+        vals = [s["allocation_rate"] for s in self.timeline if s.get("arrived_load", 0) >= 1.0 - 1e-9]
+        return float(np.mean(vals)) if vals else None
+
+    def to_dict(self) -> dict[str, Any]:
+        lat = np.array(self.latencies_us) if self.latencies_us else np.zeros(1)
+        return {
+            "policy": self.policy, "mode": self.mode, "gpus": self.gpus, "arrived": self.arrived,
+            "placed": self.placed, "failed": self.failed, "failed_gpu": round(self.failed_gpu, 3),
+            "final_allocation_rate": round(self.final_allocation_rate, 6),
+            "saturated_allocation_rate": None if self.saturated_allocation_rate() is None else round(self.saturated_allocation_rate(), 6),
+            "unallocated_gpus": round(self.unallocated_gpus, 2),
+            "final_fragmentation_gpus": round(self.final_fragmentation_gpus, 2),
+            "latency_us_p50": round(float(np.percentile(lat, 50)), 1),
+            "latency_us_p99": round(float(np.percentile(lat, 99)), 1),
+            **self.extra,
+            "rejected": self.rejected,
+            "timeline": self.timeline,
+        }
+
+
+class PodScheduler:
+    """One pod at a time onto one node (the trace's pods never span nodes)."""
+
+    def __init__(self, state: ClusterState, policy: str, workload: Workload) -> None:
+        self.state, self.policy = state, check_policy(policy)
+        self.cache = FragCache(workload)
+        self.cache.refresh(state)
+        self.all_nodes = np.ones(len(state.cpu_free), dtype=bool)
+
+    def try_place(self, pod: TracePod) -> Allocation | None:
+        d = pod.demand
+        node = choose_node(self.policy, self.state, d, self.all_nodes, cache=self.cache if self.policy == "binpack-topo" else None)
+        if node < 0:
+            return None
+        a = Allocation(pod.name, 0, node, self.state.choose_gpus(node, d, GPU_CHOICE[self.policy]), d.gpu_milli, d.cpu_milli, d.mem_mib)
+        self.state.allocate(a)
+        self.cache.refresh(self.state, [node])
+        return a
+
+    def release(self, a: Allocation) -> None:
+        self.state.release(a)
+        self.cache.refresh(self.state, [a.node])
+
+    def fragmentation_gpus(self) -> float:
+        return float(self.cache.values.sum()) / 1000.0
+
+
+def simulate(
+    topology: Topology,
+    pods: Sequence[TracePod],
+    policy: str,
+    *,
+    mode: str = "fill",
+    target_load: float = 1.3,
+    max_types: int | None = None,
+) -> SimResult:
+    if mode not in ("fill", "replay"):
+        raise ValueError(f"unknown mode {mode!r}; allowed: fill, replay")
+    if not pods:
+        raise ValueError("the trace has no pods")
+    state = ClusterState(topology)
+    wl = Workload.of([p.demand for p in pods], state.model_names, max_types=max_types)
+    sched = PodScheduler(state, policy, wl)
+    res = SimResult(policy, mode, state.gpu_capacity_milli / 1000.0)
+    cap = state.gpu_capacity_milli
+
+    def attempt(pod: TracePod) -> Allocation | None:
+        t0 = time.perf_counter()
+        a = sched.try_place(pod)
+        res.latencies_us.append((time.perf_counter() - t0) * 1e6)
+        res.arrived += 1
+        if a is None:
+            res.failed += 1
+            res.failed_gpu += pod.demand.total_gpu_milli / 1000.0
+            res.rejected.append(pod.name)
+        else:
+            res.placed += 1
+        return a
+
+    if mode == "fill":
+        if sum(p.demand.total_gpu_milli for p in pods) == 0:
+            raise ValueError("fill mode needs pods that ask for GPUs")
+        arrived_milli = 0
+        marks = [round(CHECKPOINT_STEP * i, 6) for i in range(1, int(round(target_load / CHECKPOINT_STEP)) + 1)] or [target_load]
+        k = 0
+        while arrived_milli < target_load * cap:
+            pod = pods[k % len(pods)]
+            k += 1
+            attempt(pod)
+            arrived_milli += pod.demand.total_gpu_milli
+            while marks and arrived_milli >= marks[0] * cap:
+                res.timeline.append({"arrived_load": marks.pop(0), "allocation_rate": state.allocation_rate,
+                                     "fragmentation_gpus": sched.fragmentation_gpus(), "failed": res.failed})
+    else:
+        events: list[tuple[float, int, int]] = []  # (time, 0=departure first, pod index)
+        for i, p in enumerate(pods):
+            events.append((p.creation, 1, i))
+            if p.deletion is not None:
+                events.append((p.deletion, 0, i))
+        events.sort()
+        live: dict[int, Allocation] = {}
+        step = max(1, len(events) // 200)
+        for j, (t, kind, i) in enumerate(events):
+            if kind == 0:
+                if i in live:
+                    sched.release(live.pop(i))
+            else:
+                a = attempt(pods[i])
+                if a is not None:
+                    live[i] = a
+            if j % step == 0 or j == len(events) - 1:
+                res.timeline.append({"time": t, "allocation_rate": state.allocation_rate,
+                                     "fragmentation_gpus": sched.fragmentation_gpus(), "failed": res.failed})
+    res.final_allocation_rate = state.allocation_rate
+    res.final_fragmentation_gpus = sched.fragmentation_gpus()
+    if mode == "replay":
+        rates = [s["allocation_rate"] for s in res.timeline]
+        res.extra = {"mean_allocation_rate": round(float(np.mean(rates)), 6), "peak_allocation_rate": round(max(rates), 6)}
+    return res
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    """A multi-role job of the synthetic mix: all its gangs placed together or not at all."""
+
+    name: str
+    gangs: tuple[GangRequest, ...]
+    creation: float
+    deletion: float
+
+
+def simulate_jobs(topology: Topology, jobs: Sequence[TraceJob], policy: str, *, gradient_bytes: float = 4e8) -> SimResult:
+    """Replay gang jobs (arrive, hold their resources, leave) with ``scheduler.place``."""
+    from kilorl.cluster.scheduler import PlacementError, place
+
+    check_policy(policy)
+    state = ClusterState(topology)
+    res = SimResult(policy, "replay-jobs", state.gpu_capacity_milli / 1000.0)
+    wl = Workload.of([g.demand for j in jobs for g in j.gangs for _ in range(g.count)], state.model_names)
+    events = sorted([(j.creation, 1, i) for i, j in enumerate(jobs)] + [(j.deletion, 0, i) for i, j in enumerate(jobs)])
+    live: dict[int, list[Allocation]] = {}
+    ar_costs: list[float] = []
+    step = max(1, len(events) // 200)
+    for k, (t, kind, i) in enumerate(events):
+        if kind == 0:
+            for a in live.pop(i, []):
+                state.release(a)
+        else:
+            res.arrived += 1
+            t0 = time.perf_counter()
+            try:
+                p = place(state, jobs[i].gangs, policy, workload=wl, gradient_bytes=gradient_bytes)
+            except PlacementError:
+                res.failed += 1
+                res.rejected.append(jobs[i].name)
+                res.failed_gpu += sum(g.count * g.demand.total_gpu_milli for g in jobs[i].gangs) / 1000.0
+                p = None
+            res.latencies_us.append((time.perf_counter() - t0) * 1e6)
+            if p is not None:
+                res.placed += 1
+                for a in p.allocations:
+                    state.allocate(a)
+                live[i] = p.allocations
+                ar_costs += [e.seconds for e in p.allreduce.values()]
+        if k % step == 0 or k == len(events) - 1:
+            res.timeline.append({"time": t, "allocation_rate": state.allocation_rate, "failed": res.failed})
+    res.final_allocation_rate = state.allocation_rate
+    from kilorl.cluster.fragmentation import cluster_fragmentation
+
+    res.final_fragmentation_gpus = cluster_fragmentation(state, wl)
+    res.extra = {"mean_allreduce_ms": round(float(np.mean(ar_costs)) * 1e3, 3) if ar_costs else None,
+                 "mean_allocation_rate": round(float(np.mean([s["allocation_rate"] for s in res.timeline])), 6),
+                 "peak_allocation_rate": round(max(s["allocation_rate"] for s in res.timeline), 6)}
+    return res

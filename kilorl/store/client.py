@@ -1,0 +1,311 @@
+"""StoreClient: the native client of a data-system worker.
+
+On the worker's host it talks over the Unix socket and maps the worker's arena: large
+values are written straight into shared memory (``alloc`` + copy + ``commit``) and a
+``get`` returns a read-only view of the arena under a lease (zero copy). The lease is
+released when the last view is garbage collected (piggybacked on the next request).
+Small values, and every value for remote clients, travel inline in the frame payload.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import enum
+import os
+import socket
+import threading
+import weakref
+from pathlib import Path
+from typing import Any, Iterable, NamedTuple
+
+import numpy as np
+
+from kilorl.store import serialization
+from kilorl.store.arena import Arena
+from kilorl.store.config import default_run_dir
+from kilorl.store.errors import ConnectionLost, InvalidRequest, ProtocolError, error_from_code
+from kilorl.store.protocol import FramedSocket, host_identity, is_loopback, parse_address
+
+
+class WriteMode(enum.Enum):
+    """Durability of a ``set``."""
+
+    NONE_L2 = "none"
+    """Memory tiers only."""
+    WRITE_THROUGH_L2 = "through"
+    """Written and fsynced to the worker's L2 directory before ``set`` returns."""
+    WRITE_BACK_L2 = "back"
+    """Acknowledged at once, flushed to L2 by a bounded queue (and on clean shutdown)."""
+
+
+class Versioned(NamedTuple):
+    version: int
+    value: Any
+
+
+class StreamMessage(NamedTuple):
+    id: int
+    value: Any
+    deliveries: int
+
+
+def _resolve_token(token: str | None, host: str, port: int, run_dir: str | None) -> str | None:
+    if token:
+        return token
+    if os.environ.get("KILORL_STORE_TOKEN"):
+        return os.environ["KILORL_STORE_TOKEN"]
+    if is_loopback(host) or run_dir:
+        path = Path(run_dir) if run_dir else default_run_dir(port)
+        try:
+            return (path / "token").read_text().strip()
+        except OSError:
+            return None
+    return None
+
+
+class StoreClient:
+    """KV, versioned-object and stream API of one worker. Thread-safe (one connection)."""
+
+    def __init__(self, address: str = "127.0.0.1:31501", token: str | None = None, *, zero_copy: bool = True,
+                 inline_threshold: int = 64 * 1024, connect_timeout: float = 10.0, run_dir: str | None = None,
+                 use_unix_socket: bool = True):
+        host, port = parse_address(address)
+        self.address = address
+        self.inline_threshold = inline_threshold
+        self._token = _resolve_token(token, host, port, run_dir)
+        self._lock = threading.Lock()
+        self._released: collections.deque[int] = collections.deque()
+        self.arena: Arena | None = None
+        sock = socket.create_connection((host, port), timeout=connect_timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(None)
+        self._fs = FramedSocket(sock)
+        self.transport = "tcp"
+        info = self._hello()
+        if use_unix_socket and "arena" in info and os.path.exists(info["unix"]):
+            try:
+                usock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                usock.connect(info["unix"])
+            except OSError:
+                pass
+            else:
+                self._fs.close()
+                self._fs = FramedSocket(usock)
+                self.transport = "unix"
+                info = self._hello()
+        self.info = info
+        if zero_copy and "arena" in info:
+            try:
+                self.arena = Arena.attach(info["arena"], info["arena_size"])
+            except OSError:
+                self.arena = None  # e.g. another user's worker: fall back to inline transfers
+
+    def _hello(self) -> dict[str, Any]:
+        header, _ = self._call({"op": "hello", "token": self._token, "host_id": host_identity(), "pid": os.getpid()})
+        return header
+
+    # -- transport -----------------------------------------------------------------------
+    def _call(self, header: dict[str, Any], buffers: Iterable[Any] = ()) -> tuple[dict[str, Any], memoryview | None]:
+        rel = []
+        while self._released:
+            rel.append(self._released.popleft())
+        if rel:
+            header["rel"] = rel
+        with self._lock:
+            try:
+                self._fs.send(header, list(buffers))
+                resp, plen = self._fs.read_header()
+                payload = None
+                if plen:
+                    payload = memoryview(np.empty(plen, dtype=np.uint8))  # no zero-fill, unlike bytearray
+                    self._fs.read_payload_into(payload)
+            except (OSError, EOFError, ProtocolError) as exc:
+                raise ConnectionLost(f"connection to worker {self.address} lost: {exc!r}") from exc
+        if not resp.get("ok"):
+            raise error_from_code(resp.get("code", ""), resp.get("msg", "request failed"))
+        return resp, payload
+
+    def _check_size(self, nbytes: int) -> None:
+        if nbytes > self.info["max_payload"]:
+            raise InvalidRequest(f"value: {nbytes} bytes exceed the worker's frame limit of "
+                                 f"{self.info['max_payload']} bytes (--max-payload)")
+
+    def _zc(self) -> int | None:
+        return self.inline_threshold if self.arena is not None else None
+
+    def _materialize(self, item: dict[str, Any], payload: memoryview | None, offset: int = 0) -> Any:
+        meta, size = item["meta"], item["size"]
+        if "loc" in item:
+            # A ctypes array over the arena is the buffer exporter of every view made from it
+            # (numpy, torch, memoryview slices keep it alive), so its finalizer runs exactly
+            # when the last view is gone: that is when the lease can be returned.
+            holder = (ctypes.c_char * size).from_buffer(self.arena.mm, item["loc"]) if size else bytearray()
+            if size:
+                weakref.finalize(holder, self._released.append, item["lease"])
+            else:
+                self._released.append(item["lease"])
+            return serialization.decode(meta, memoryview(holder).cast("B"))
+        if "cuda_ipc" in item:  # UNTESTED here: needs a CUDA machine
+            from kilorl.store.tiers.device import open_ipc_handle
+
+            return serialization.decode_device(meta, open_ipc_handle(item["cuda_ipc"]))
+        return serialization.decode(meta, payload[offset:offset + size] if payload is not None else memoryview(b""))
+
+    def _write(self, fields: dict[str, Any], value: Any) -> dict[str, Any]:
+        enc = serialization.encode(value)
+        self._check_size(enc.nbytes)
+        fields["meta"] = enc.meta
+        if self.arena is not None and enc.nbytes >= self.inline_threshold:
+            resp, _ = self._call({"op": "alloc", "size": enc.nbytes})
+            try:
+                enc.write_into(self.arena.view[resp["offset"]:resp["offset"] + enc.nbytes])
+            except BaseException:
+                self._call({"op": "abort", "ticket": resp["ticket"]})
+                raise
+            resp, _ = self._call({"op": "commit", "ticket": resp["ticket"], **fields})
+            return resp
+        resp, _ = self._call({"op": "set", **fields}, enc.buffers())
+        return resp
+
+    # -- KV ------------------------------------------------------------------------------
+    def set(self, key: str, value: Any, write_mode: WriteMode = WriteMode.NONE_L2, ttl: float | None = None,
+            tier: str | None = None, pin: bool = False) -> None:
+        """Stores ``value`` (bytes, str, ndarray, tensor, dict of them) under ``key``."""
+        self._write({"key": key, "mode": WriteMode(write_mode).value, "ttl": ttl, "tier": tier, "pin": pin}, value)
+
+    def get(self, key: str, timeout: float | None = None) -> Any:
+        """The value of ``key``; local large values are read-only zero-copy views.
+
+        With ``timeout`` it waits that long for the key to appear.
+        """
+        resp, payload = self._call({"op": "get", "key": key, "zc": self._zc(), "timeout": timeout})
+        return self._materialize(resp, payload)
+
+    def mset(self, items: dict[str, Any], write_mode: WriteMode = WriteMode.NONE_L2, ttl: float | None = None,
+             tier: str | None = None) -> None:
+        for key, value in items.items():
+            self.set(key, value, write_mode=write_mode, ttl=ttl, tier=tier)
+
+    def mget(self, keys: list[str]) -> list[Any]:
+        """Values of ``keys`` in order, ``None`` for missing ones."""
+        resp, payload = self._call({"op": "mget", "keys": list(keys), "zc": self._zc()})
+        out, pos = [], 0
+        for item in resp["items"]:
+            if item is None:
+                out.append(None)
+            elif "loc" in item or "cuda_ipc" in item:  # no inline bytes for these
+                out.append(self._materialize(item, None))
+            else:
+                out.append(self._materialize(item, payload, pos))
+                pos += item["size"]
+        return out
+
+    def delete(self, *keys: str) -> int:
+        return self._call({"op": "delete", "keys": list(keys)})[0]["n"]
+
+    def exists(self, key: str) -> bool:
+        return bool(self._call({"op": "exists", "keys": [key]})[0]["found"][0])
+
+    def expire(self, key: str, ttl: float | None) -> bool:
+        """Sets (or with ``None`` clears) a key's time to live; False if the key is absent."""
+        return self._call({"op": "expire", "key": key, "ttl": ttl})[0]["found"]
+
+    def keys(self, prefix: str = "") -> list[str]:
+        return self._call({"op": "keys", "prefix": prefix})[0]["keys"]
+
+    def pin(self, key: str, on: bool = True) -> None:
+        """Keeps an object in its current tier (no demotion, no eviction) until unpinned."""
+        self._call({"op": "pin", "key": key, "on": on})
+
+    def unpin(self, key: str) -> None:
+        self.pin(key, False)
+
+    def locate(self, key: str) -> dict[str, Any]:
+        """Where an object lives (tier, arena offset, heat, L2 state): for tools and tests."""
+        resp, _ = self._call({"op": "locate", "key": key})
+        resp.pop("ok", None)
+        return resp
+
+    def stats(self) -> dict[str, Any]:
+        resp, _ = self._call({"op": "stats"})
+        resp.pop("ok", None)
+        return resp
+
+    def ping(self) -> bool:
+        return bool(self._call({"op": "ping"})[0].get("pong"))
+
+    def flush_releases(self) -> None:
+        """Returns leases of dropped views now instead of with the next request."""
+        if self._released:
+            self._call({"op": "release"})
+
+    def shutdown_worker(self) -> None:
+        """Asks the worker to stop cleanly (write-back queue flushed)."""
+        self._call({"op": "shutdown"})
+
+    # -- versioned objects ---------------------------------------------------------------
+    def publish(self, name: str, version: int, value: Any, write_mode: WriteMode = WriteMode.NONE_L2) -> None:
+        """Publishes ``version`` of ``name``; versions must increase."""
+        self._write({"ver": [name, version], "mode": WriteMode(write_mode).value}, value)
+
+    def latest_version(self, name: str) -> int | None:
+        return self._call({"op": "latest_version", "name": name})[0]["version"]
+
+    def get_version(self, name: str, version: int | None = None) -> Versioned:
+        """One whole version (the latest by default) as ``(version, value)``."""
+        resp, payload = self._call({"op": "get_version", "name": name, "version": version, "zc": self._zc()})
+        return Versioned(resp["version"], self._materialize(resp, payload))
+
+    def wait_version(self, name: str, min_version: int, timeout: float | None = None) -> int:
+        return self._call({"op": "wait_version", "name": name, "min_version": min_version, "timeout": timeout})[0]["version"]
+
+    # -- streams -------------------------------------------------------------------------
+    def producer(self, stream: str, capacity: int | None = None) -> "Producer":
+        return Producer(self, stream, capacity)
+
+    def consumer(self, stream: str, group: str) -> "Consumer":
+        return Consumer(self, stream, group)
+
+    def close(self) -> None:
+        self._fs.close()
+        if self.arena is not None:
+            self.arena.close()
+
+    def __enter__(self) -> "StoreClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Producer:
+    """Sends messages to a stream; ``send`` blocks while the stream is full."""
+
+    def __init__(self, client: StoreClient, stream: str, capacity: int | None):
+        self.client, self.stream, self.capacity = client, stream, capacity
+
+    def send(self, value: Any, timeout: float | None = None) -> int:
+        enc = serialization.encode(value)
+        self.client._check_size(enc.nbytes)
+        resp, _ = self.client._call({"op": "xsend", "stream": self.stream, "meta": enc.meta, "timeout": timeout,
+                                     "capacity": self.capacity}, enc.buffers())
+        return resp["id"]
+
+
+class Consumer:
+    """Receives from a stream within a consumer group; unacked messages are redelivered."""
+
+    def __init__(self, client: StoreClient, stream: str, group: str):
+        self.client, self.stream, self.group = client, stream, group
+
+    def receive(self, timeout: float | None = None) -> StreamMessage | None:
+        resp, payload = self.client._call({"op": "xrecv", "stream": self.stream, "group": self.group,
+                                           "timeout": timeout})
+        if resp["id"] is None:
+            return None
+        value = serialization.decode(resp["meta"], payload if payload is not None else memoryview(b""))
+        return StreamMessage(resp["id"], value, resp["deliveries"])
+
+    def ack(self, *ids: int) -> int:
+        return self.client._call({"op": "xack", "stream": self.stream, "group": self.group, "ids": list(ids)})[0]["n"]

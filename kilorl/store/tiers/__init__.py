@@ -1,0 +1,1 @@
+"""Storage tiers below and above the DRAM arena: disk spill files and device tensors."""

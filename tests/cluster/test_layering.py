@@ -1,0 +1,18 @@
+"""kilorl.cluster stays below the RL side: no torch, no config/algos/roles/trainer imports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_cluster_imports_no_rl_and_no_torch():
+    code = (
+        "import sys, kilorl.cluster, kilorl.cluster.discovery, kilorl.cluster.simulate, kilorl.cluster.synthetic, "
+        "kilorl.cluster.ray_placement, kilorl.cluster.alibaba, kilorl.cluster.probe\n"
+        "bad = [m for m in sys.modules if m == 'torch' or m.startswith(('torch.', 'kilorl.config', 'kilorl.algos', "
+        "'kilorl.roles', 'kilorl.trainer', 'ray'))]\n"
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "", out.stdout

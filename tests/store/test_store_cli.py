@@ -1,0 +1,64 @@
+"""``kilorl store start|status|stop`` as a user runs them (daemon mode)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from kilorl.store import StoreClient, WriteMode
+
+
+def kilorl(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kilorl.cli.main", "store", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_start_status_stop_daemon(tmp_path):
+    run_dir = tmp_path / "run"
+    r = kilorl("start", "--port", "0", "--shm-size", "32MiB", "--run-dir", str(run_dir), "--l2-dir",
+               str(tmp_path / "l2"))
+    assert r.returncode == 0, r.stderr
+    info = json.loads((run_dir / "worker.json").read_text())
+    try:
+        port = info["port"]
+        # No --token given: the worker generated one; local clients find it in the run dir.
+        c = StoreClient(f"127.0.0.1:{port}", run_dir=str(run_dir))
+        c.set("x", np.arange(10), write_mode=WriteMode.WRITE_BACK_L2)
+        st = kilorl("status", "--port", str(port), "--run-dir", str(run_dir))
+        assert st.returncode == 0, st.stderr
+        assert "objects 1" in st.stdout and "dram" in st.stdout
+        js = json.loads(kilorl("status", "--port", str(port), "--run-dir", str(run_dir), "--json").stdout)
+        assert js["objects"] == 1 and js["tiers"]["dram"]["capacity"] == 32 << 20
+        again = kilorl("start", "--port", str(port), "--shm-size", "32MiB", "--run-dir", str(run_dir))
+        assert again.returncode == 1 and "already runs" in again.stderr
+        c.close()
+    finally:
+        stop = kilorl("stop", "--port", str(info["port"]), "--run-dir", str(run_dir))
+    assert stop.returncode == 0, stop.stderr
+    assert not (run_dir / "worker.json").exists()
+    assert kilorl("status", "--port", str(info["port"]), "--run-dir", str(run_dir)).returncode == 1
+
+
+def test_bad_options_are_named(tmp_path):
+    r = kilorl("start", "--foreground", "--shm-size", "lots", "--run-dir", str(tmp_path))
+    assert r.returncode == 2 and "shm_size" in r.stderr
+    r = kilorl("start", "--foreground", "--host", "0.0.0.0", "--insecure", "--shm-size", "8MiB",
+               "--run-dir", str(tmp_path))
+    assert r.returncode == 2 and "insecure" in r.stderr
+    r = kilorl("start", "--foreground", "--disk-size", "1GiB", "--shm-size", "8MiB", "--run-dir", str(tmp_path))
+    assert r.returncode == 2 and "disk_dir" in r.stderr
+    r = kilorl("stop", "--port", "1", "--run-dir", str(tmp_path / "none"))
+    assert r.returncode == 1 and "no worker" in r.stderr
+
+
+def test_busy_port_and_bad_device_fail_clearly(tmp_path, workers):
+    w = workers("--shm-size", "8MiB")
+    r = kilorl("start", "--foreground", "--port", str(w.port), "--shm-size", "8MiB", "--run-dir", str(tmp_path / "x"))
+    assert r.returncode == 2 and "port" in r.stderr and "Traceback" not in r.stderr
+    r = kilorl("start", "--foreground", "--device", "npu:0", "--device-size", "1GiB", "--shm-size", "8MiB",
+               "--run-dir", str(tmp_path / "y"))
+    assert r.returncode == 2 and "device" in r.stderr and "Traceback" not in r.stderr
+    assert w.alive()
