@@ -30,7 +30,10 @@ class Cluster:
             return False
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
         if self.address is None:
-            # Logical CPUs: every role must fit even on a 2-core laptop; the OS shares cores.
+            # "local" always starts a private instance; without it Ray joins whatever
+            # `ray start` cluster last ran on this machine. Logical CPUs: every role must
+            # fit even on a 2-core laptop; the OS shares the cores.
+            kwargs["address"] = "local"
             kwargs["num_cpus"] = max(os.cpu_count() or 1, num_cpus_needed)
         else:
             kwargs["address"] = self.address

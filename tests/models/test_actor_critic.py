@@ -14,6 +14,12 @@ def test_discrete_policy_samples_valid_actions():
     assert actions.shape == (16,) and set(actions.tolist()) <= {0, 1, 2}
     assert logp.shape == values.shape == (16,) and (logp <= 0).all()
     assert model.to_env_action(actions).dtype == np.int64
+    # The log-softmax fast path agrees with torch.distributions.Categorical.
+    obs = torch.randn(32, 4)
+    dist = model.distribution(obs)
+    a = dist.sample()
+    logp, entropy, _ = model.evaluate_actions(obs, a)
+    assert torch.allclose(logp, dist.log_prob(a), atol=1e-6) and torch.allclose(entropy, dist.entropy(), atol=1e-6)
 
 
 def test_gaussian_log_prob_sums_over_action_dims_and_actions_are_clipped():
@@ -22,8 +28,9 @@ def test_gaussian_log_prob_sums_over_action_dims_and_actions_are_clipped():
     obs = torch.randn(64, 3)
     dist = model.distribution(obs)
     a = dist.sample()
-    expected = dist.log_prob(a).sum(-1)
-    assert torch.allclose(model.log_prob(dist, a), expected)
+    logp, entropy, values = model.evaluate_actions(obs, a)
+    assert torch.allclose(logp, dist.log_prob(a).sum(-1))
+    assert torch.allclose(entropy, dist.entropy().sum(-1)) and values.shape == (64,)
     env_a = model.to_env_action(a * 10)
     assert (env_a[:, 0] <= 2).all() and (env_a[:, 0] >= -2).all() and (np.abs(env_a[:, 1]) <= 0.5).all()
     mode, _, _ = model.act(obs, deterministic=True)
