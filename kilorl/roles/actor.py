@@ -51,6 +51,10 @@ class RolloutWorker(Actor):
         self.ep_return = np.zeros(n, np.float64)
         self.ep_length = np.zeros(n, np.int64)
 
+    def ready(self) -> int:
+        """Returns once the process is up and its environments are built (start-up barrier)."""
+        return self.index
+
     # ---- parameters ---------------------------------------------------------------------
     def _sync(self, min_version: int, timeout: float = 600.0) -> float:
         """Take the newest version >= ``min_version``; returns seconds spent waiting."""

@@ -112,7 +112,9 @@ class Trainer:
             actor_cls.remote(cfg, store, i, seed=cfg.train.seed * 10_007 + i * 101 + iteration * 7_919)
             for i in range(par.actor)
         ]
-        ray.get(learners[0].publish.remote(iteration))
+        # Start-up ends when every role process is up and version `iteration` is published,
+        # so process spawn and imports are not counted as training time.
+        ray.get([learners[0].publish.remote(iteration), *[a.ready.remote() for a in actors]])
         startup_s = time.time() - t_start
         metrics = MetricsWriter(self.run_dir, cfg.train.total_env_steps, cfg.logging.tensorboard, cfg.logging.progress)
 
