@@ -20,7 +20,8 @@ from typing import Any
 from kilorl.store import placement
 from kilorl.store.arena import Allocator, Arena
 from kilorl.store.config import ResolvedConfig
-from kilorl.store.errors import InvalidRequest, KeyNotFound, StoreFullError, StoreTimeout
+from kilorl.store.errors import InvalidRequest, KeyNotFound, StoreError, StoreFullError, StoreTimeout
+from kilorl.store.keyspace import KeySpaceMixin
 from kilorl.store.l2 import L2Entry, L2Store
 
 log = logging.getLogger("kilorl.store.objects")
@@ -54,6 +55,7 @@ class Obj:
     l2_path: str | None = None
     l2_offset: int = 0
     pinned: bool = False
+    promoting: bool = False
     heat: float = 0.0
     last_access: float = field(default_factory=time.monotonic)
 
@@ -70,7 +72,7 @@ class ReadHandle:
     tensor: Any = None
 
 
-class ObjectStore:
+class ObjectStore(KeySpaceMixin):
     """Object table, tiers and placement of one worker."""
 
     def __init__(self, rc: ResolvedConfig, arena: Arena):
@@ -312,8 +314,12 @@ class ObjectStore:
         del self.objects[obj.key]
         self._release_storage(obj)
 
-    def acquire(self, key: str, timeout: float | None = None) -> ReadHandle:
-        """A reference to an object's bytes; promotes it first when placement says so."""
+    def acquire(self, key: str, timeout: float | None = None, _retry: bool = True) -> ReadHandle:
+        """A reference to an object's bytes; promotes it first when placement says so.
+
+        Files (disk tier, L2) are read outside the lock, into a DRAM region reserved for
+        the promotion when there is room, so a large promotion does not stall other requests.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self.lock:
             obj = self._live(key)
@@ -327,17 +333,58 @@ class ObjectStore:
                 obj = self._live(key)
             heat = placement.touch(obj)
             target = placement.promotion_target(obj.tier, obj.preferred, heat, self.available)
-            if target is not None and not obj.pinned:
+            cold = obj.tier in ("disk", None)
+            if target is not None and not obj.pinned and not (cold and target == "dram"):
                 self._promote(obj, target)
+                cold = obj.tier in ("disk", None)
             if obj.tier == "dram":
                 obj.region.refs += 1
                 return ReadHandle(obj.meta, obj.size, "dram", region=obj.region)
             if obj.tier == "device":
-                # The reply decides between a CUDA IPC handle and a host copy (device_payload).
+                # The reply decides between a CUDA IPC handle and a host copy (handlers.read_reply).
                 return ReadHandle(obj.meta, obj.size, "device", tensor=obj.tensor)
-            buf = bytearray(obj.size)
-            self._read_cold(obj, memoryview(buf))
-            return ReadHandle(obj.meta, obj.size, obj.tier or "l2", data=memoryview(buf))
+            src = (obj.tier, obj.disk_path, obj.l2_path, obj.l2_offset)
+            region = None
+            if target == "dram" and not obj.pinned and not obj.promoting:
+                try:
+                    region = self._alloc_dram(obj.size, protect=obj, max_heat=heat)
+                    obj.promoting = True
+                except StoreFullError:
+                    region = None
+        into = self.view(region) if region is not None else memoryview(bytearray(obj.size))
+        try:
+            self._read_file(src, into)
+            ok = True
+        except OSError:
+            ok = False
+        with self.lock:
+            if region is not None:
+                obj.promoting = False
+            unchanged = self.objects.get(key) is obj and (obj.tier, obj.disk_path, obj.l2_path) == src[:3]
+            if not ok:
+                if region is not None:
+                    self._unref(region)
+                if unchanged or not _retry:
+                    raise StoreError(f"reading {key!r} from its {src[0] or 'l2'} file failed")
+            elif region is not None:
+                if unchanged:
+                    self._release_storage(obj)
+                    obj.region, obj.tier = region, "dram"
+                    region.refs += 1
+                    self.counters["promotions"] += 1
+                # Otherwise the key changed meanwhile: serve the bytes read (a consistent
+                # snapshot of the version looked up); the region goes with the reader's lease.
+                return ReadHandle(obj.meta, obj.size, "dram", region=region)
+            else:
+                return ReadHandle(obj.meta, obj.size, src[0] or "l2", data=into)
+        return self.acquire(key, timeout, _retry=False)  # the object moved under us: look it up again
+
+    def _read_file(self, src: tuple, target: memoryview) -> None:
+        tier, disk_path, l2_path, l2_offset = src
+        if tier == "disk":
+            self.disk.read_into(disk_path, target)
+        else:
+            L2Store.read_into(l2_path, l2_offset, target)
 
     def _read_cold(self, obj: Obj, target: memoryview) -> None:
         if obj.tier == "disk":
@@ -411,75 +458,3 @@ class ObjectStore:
             self.objects[e.key] = Obj(e.key, next(self._gens), e.meta, e.size, pref, expires_at=e.expires_at, l2_mode="through", l2_durable=True, l2_path=e.path, l2_offset=e.data_offset)
         if entries:
             log.info("recovered %d objects from L2", len(entries))
-
-    # -- key space ---------------------------------------------------------------------
-    def delete(self, keys: list[str]) -> tuple[int, list[tuple[str, str]]]:
-        """Deletes keys; returns (count, [(key, l2_mode)] whose L2 copies must go too)."""
-        n, l2 = 0, []
-        with self.lock:
-            for key in keys:
-                obj = self._live(key)
-                if obj is None:
-                    continue
-                self._remove(obj)
-                n += 1
-                if obj.l2_mode:
-                    l2.append((key, obj.l2_mode))
-        return n, l2
-
-    def exists(self, keys: list[str]) -> list[bool]:
-        with self.lock:
-            return [self._live(k) is not None for k in keys]
-
-    def expire(self, key: str, ttl: float | None) -> bool:
-        with self.lock:
-            obj = self._live(key)
-            if obj is None:
-                return False
-            obj.expires_at = time.time() + ttl if ttl is not None else None
-            return True
-
-    def keys(self, prefix: str, include_hidden: bool = False) -> list[str]:
-        with self.lock:
-            now = time.time()
-            return sorted(k for k, o in self.objects.items()
-                          if k.startswith(prefix) and (include_hidden or not k.startswith("\x00"))
-                          and (o.expires_at is None or o.expires_at > now))
-
-    def pin(self, key: str, on: bool) -> None:
-        with self.lock:
-            obj = self._live(key)
-            if obj is None:
-                raise KeyNotFound(f"key {key!r} not found")
-            obj.pinned = on
-
-    def locate(self, key: str) -> dict[str, Any]:
-        with self.lock:
-            obj = self._live(key)
-            if obj is None:
-                raise KeyNotFound(f"key {key!r} not found")
-            return {"tier": obj.tier or "l2", "preferred": obj.preferred, "size": obj.size,
-                    "offset": obj.region.offset if obj.region else None, "pinned": obj.pinned,
-                    "heat": placement.decayed(obj), "l2": obj.l2_mode, "l2_durable": obj.l2_durable}
-
-    def sweep(self) -> None:
-        """Periodic housekeeping: expire TTLs, push tiers back under their watermarks."""
-        with self.lock:
-            now = time.time()
-            for obj in [o for o in self.objects.values() if o.expires_at is not None and o.expires_at <= now]:
-                self._live(obj.key)
-            for tier in self.available:
-                self._enforce_watermarks(tier)
-
-    def stats(self) -> dict[str, Any]:
-        with self.lock:
-            tiers = {}
-            for tier in placement.TIER_ORDER:
-                if tier in self.available:
-                    objs = [o for o in self.objects.values() if o.tier == tier]
-                    tiers[tier] = {"used": self._used(tier), "capacity": self._capacity(tier), "objects": len(objs),
-                                   "pinned": sum(1 for o in objs if o.pinned)}
-            tiers["l2_only"] = {"objects": sum(1 for o in self.objects.values() if o.tier is None)}
-            return {"objects": len(self.objects), "tiers": tiers, "counters": dict(self.counters),
-                    "l2": {"dir": self.rc.spec.l2_dir, "queue": self.l2.queue.qsize() if self.l2 else 0,
-                           "flushed": self.l2.flushed if self.l2 else 0}}
