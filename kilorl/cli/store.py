@@ -46,10 +46,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     start.add_argument("--stream-capacity", type=int, default=1024, help="default unacked messages per stream")
     start.add_argument("--ack-timeout", type=float, default=30.0, help="seconds before an unacked message is redelivered")
     start.add_argument("--run-dir", help="directory for socket, pid, token and log (default per port)")
+    cl = start.add_argument_group("cluster (one of --head / --join / --metastore makes the worker a cluster member)")
+    cl.add_argument("--head", action="store_true", help="host the cluster's built-in metastore")
+    cl.add_argument("--join", metavar="HOST:PORT", help="join the cluster whose head worker listens here")
+    cl.add_argument("--metastore", metavar="etcd://HOST:PORT", help="use etcd as the cluster's metastore")
+    cl.add_argument("--member-id", help="member id in the ring (default HOST:PORT)")
+    cl.add_argument("--lease-ttl", type=float, default=3.0, help="seconds without heartbeat before a worker is dead")
+    cl.add_argument("--fanout", type=int, default=2, help="copies a holder serves before readers relay")
     start.add_argument("--foreground", action="store_true", help="run in this process instead of daemonizing")
     start.add_argument("--log-level", default="INFO")
     for name, text in (("stop", "stop a worker (clean: write-back queue flushed)"),
-                       ("status", "tier usage, object counts and clients of a worker")):
+                       ("status", "tier usage, object counts and clients of a worker; ring and members of a cluster")):
         p = sub.add_parser(name, help=text)
         p.add_argument("--port", type=int, default=31501)
         p.add_argument("--host", default="127.0.0.1")
@@ -81,6 +88,15 @@ def _config(args: argparse.Namespace):
                         ack_timeout_s=args.ack_timeout)
 
 
+def _cluster_config(args: argparse.Namespace):
+    if not (args.head or args.join or args.metastore):
+        return None
+    from kilorl.store.node import ClusterConfig
+
+    return ClusterConfig(head=args.head, join=args.join, metastore=args.metastore, member_id=args.member_id,
+                         lease_ttl=args.lease_ttl, fanout=args.fanout)
+
+
 def _run_dir(args: argparse.Namespace) -> Path:
     from kilorl.store.config import default_run_dir
 
@@ -96,6 +112,12 @@ def _forward(args: argparse.Namespace) -> list[str]:
         value = getattr(args, name)
         if value is not None:
             out += [f"--{name.replace('_', '-')}", str(value)]
+    for name in ("join", "metastore", "member_id", "lease_ttl", "fanout"):
+        value = getattr(args, name)
+        if value is not None:
+            out += [f"--{name.replace('_', '-')}", str(value)]
+    if args.head:
+        out.append("--head")
     if args.insecure:
         out.append("--insecure")
     for rule in args.tier_rule:
@@ -110,6 +132,7 @@ def _start(args: argparse.Namespace) -> int:
 
     try:
         rc = _config(args).resolve()
+        cluster = _cluster_config(args)
     except StoreError as exc:
         print(f"kilorl store start: {exc}", file=sys.stderr)
         return 2
@@ -118,7 +141,7 @@ def _start(args: argparse.Namespace) -> int:
 
         logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
         try:
-            return run_worker(rc)
+            return run_worker(rc, cluster)
         except StoreError as exc:
             print(f"kilorl store start: {exc}", file=sys.stderr)
             return 2
