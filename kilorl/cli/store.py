@@ -50,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cl.add_argument("--head", action="store_true", help="host the cluster's built-in metastore")
     cl.add_argument("--join", metavar="HOST:PORT", help="join the cluster whose head worker listens here")
     cl.add_argument("--metastore", metavar="etcd://HOST:PORT", help="use etcd as the cluster's metastore")
+    cl.add_argument("--cluster-name", help="name of the cluster in the metastore (several may share one etcd)")
     cl.add_argument("--member-id", help="member id in the ring (default HOST:PORT)")
     cl.add_argument("--lease-ttl", type=float, default=3.0, help="seconds without heartbeat before a worker is dead")
     cl.add_argument("--fanout", type=int, default=2, help="copies a holder serves before readers relay")
@@ -93,8 +94,13 @@ def _cluster_config(args: argparse.Namespace):
         return None
     from kilorl.store.node import ClusterConfig
 
+    from kilorl.store.errors import ConfigError
+
+    name = args.cluster_name or "default"
+    if not name.replace("-", "").replace("_", "").isalnum():
+        raise ConfigError(f"cluster_name: use letters, digits, '-' and '_', got {name!r}")
     return ClusterConfig(head=args.head, join=args.join, metastore=args.metastore, member_id=args.member_id,
-                         lease_ttl=args.lease_ttl, fanout=args.fanout)
+                         lease_ttl=args.lease_ttl, fanout=args.fanout, prefix=f"/kilorl/store/{name}/")
 
 
 def _run_dir(args: argparse.Namespace) -> Path:
@@ -112,7 +118,7 @@ def _forward(args: argparse.Namespace) -> list[str]:
         value = getattr(args, name)
         if value is not None:
             out += [f"--{name.replace('_', '-')}", str(value)]
-    for name in ("join", "metastore", "member_id", "lease_ttl", "fanout"):
+    for name in ("join", "metastore", "cluster_name", "member_id", "lease_ttl", "fanout"):
         value = getattr(args, name)
         if value is not None:
             out += [f"--{name.replace('_', '-')}", str(value)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from kilorl.store.errors import KeyNotFound, ObjectLost, StoreError
+from kilorl.store.errors import KeyNotFound, ObjectLost, StoreError, WorkerLeaving
 from kilorl.store.handlers import Reply, arg
 from kilorl.store.meta_records import MetaRecord, merge, new_version, pack_records, unpack_records
 from kilorl.store.objects import Region
@@ -38,6 +38,8 @@ def _replicate(node: "ClusterNode", key: str, rec: dict[str, Any] | None) -> Non
 
 def meta_put(node: "ClusterNode", h: dict[str, Any], _payload: Any) -> dict[str, Any]:
     key = arg(h, "key", str)
+    if node.leaving.is_set():
+        raise WorkerLeaving(f"worker {node.id} is leaving; its records go to the next owner")
     pref = node.preference(key)
     if node.id not in pref and not h.get("fwd"):  # the sender's ring is older than ours
         return node.call_member(pref[0], {**h, "fwd": True})
@@ -73,6 +75,8 @@ def meta_put(node: "ClusterNode", h: dict[str, Any], _payload: Any) -> dict[str,
 
 
 def meta_copy(node: "ClusterNode", h: dict[str, Any], payload: Any) -> dict[str, Any]:
+    if node.leaving.is_set():
+        raise WorkerLeaving(f"worker {node.id} is leaving; send records to the next owner")
     records = unpack_records(payload)
     auth = bool(h.get("auth"))
     with node.lock:
@@ -191,19 +195,23 @@ def _push(node: "ClusterNode", conn: "Connection", h: dict[str, Any]) -> Reply:
     key, ver, meta, mode = arg(h, "key", str), arg(h, "ver", int), arg(h, "meta", dict), arg(h, "mode", str)
     size = conn.fs.pending_payload
     store = node.w.store
-    data = store.stage(size)
+    node.begin_write()  # refuses (WorkerLeaving) when this worker is leaving too
     try:
-        conn.fs.read_payload_into(store.view(data) if isinstance(data, Region) else memoryview(data))
-    except BaseException:
-        if isinstance(data, Region):
-            store.release([data])
-        raise
-    node.keep_local(key, ver, meta, size, data, primary=True)
-    resp = node.meta_call(key, {"op": "c.meta_put", "key": key, "holder": node.id, "size": size, "meta": meta,
-                                "mode": mode, "ver": ver})
-    if resp.get("stale"):
-        node.invalidate(key, resp["ver"])
-    return Reply({"ver": resp["ver"]})
+        data = store.stage(size)
+        try:
+            conn.fs.read_payload_into(store.view(data) if isinstance(data, Region) else memoryview(data))
+        except BaseException:
+            if isinstance(data, Region):
+                store.release([data])
+            raise
+        node.keep_local(key, ver, meta, size, data, primary=True)
+        resp = node.meta_call(key, {"op": "c.meta_put", "key": key, "holder": node.id, "size": size, "meta": meta,
+                                    "mode": mode, "ver": ver})
+        if resp.get("stale"):
+            node.invalidate(key, resp["ver"])
+        return Reply({"ver": resp["ver"]})
+    finally:
+        node.end_write()
 
 
 def _user_key(h: dict[str, Any]) -> str | None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from kilorl.store import transfer
 from kilorl.store.cluster_state import MemberInfo, MembershipConfig, RingChange
 from kilorl.store.errors import (ConfigError, ConnectionLost, KeyNotFound, ObjectLost, StaleCopy, StoreError,
-                                 StoreTimeout)
+                                 StoreTimeout, WorkerLeaving)
 from kilorl.store.membership import Membership
 from kilorl.store.meta_records import L2_HOLDER, MetaRecord, merge, new_version, pack_records
 from kilorl.store.objects import Region
@@ -171,8 +171,6 @@ class ClusterNode:
 
     # -- writes ------------------------------------------------------------------------------
     def begin_write(self) -> None:
-        from kilorl.store.errors import WorkerLeaving
-
         with self._writes_cond:
             if self.leaving.is_set():
                 raise WorkerLeaving(f"worker {self.id} is leaving the cluster; write elsewhere")
@@ -206,7 +204,7 @@ class ClusterNode:
             for member in self.preference(key):
                 try:
                     return self.call_member(member, header)
-                except ConnectionLost as exc:
+                except (ConnectionLost, WorkerLeaving) as exc:
                     last = exc
             if time.monotonic() > deadline:
                 raise StoreTimeout(f"no metadata owner of {key!r} reachable: {last}")
@@ -383,7 +381,7 @@ class ClusterNode:
                 try:
                     self.call_member(member, {"op": "c.meta_copy"}, pack_records(batch))
                     sent += len(batch)
-                except (ConnectionLost, StoreError) as exc:
+                except StoreError as exc:
                     log.warning("sending %d records to %s failed: %s", len(batch), member, exc)
         self.counters["records_sent"] += sent
         self.last_rebalance_s = time.monotonic() - t0
@@ -405,34 +403,80 @@ class ClusterNode:
         log.info("member %s is gone: its records were moved to L2 or marked lost", member)
 
     def _handoff(self, change: RingChange) -> None:
-        """Leave: records to their new owners, then every object written here to its key's owner."""
-        self.rebalance(change, leaving=True)
-        ring = change.new.ring
-        if not len(ring):
-            return
+        """Leave: records to their new owners, then every object written here to a live member.
+
+        Uses the newest ring (other members may be leaving at the same time); a member that
+        refuses (it is leaving too) or is unreachable is skipped for the next in the ring.
+        """
+        try:
+            self.membership.view.wait_for(lambda st: st.epoch >= change.new.epoch, timeout=5)
+        except TimeoutError:
+            pass
+        refused = {self.id}
+        with self.lock:
+            records = list(self.records.values())
+            self.records.clear()
+        self._send_records(records, refused, change)
         with self.lock:
             primaries = [(k, c.ver) for k, c in self.local.items() if c.primary]
         for key, ver in primaries:
-            target = ring.owner(key)
-            try:
-                handle = self.w.store.acquire(key)
-            except KeyNotFound:
-                continue
-            try:
-                with self.w.store.lock:
-                    obj = self.w.store.objects.get(key)
-                    mode = (obj.l2_mode or "none") if obj is not None else "none"
-                buf = self.w.store.view(handle.region) if handle.region is not None else handle.data
-                if buf is None:
-                    buf = memoryview(self.w.store.device.to_host(handle.tensor)).cast("B")
-                self.pool.call(self.address_of(target), {"op": "c.push", "key": key, "ver": ver, "meta": handle.meta,
-                                                         "mode": mode}, [buf])
-                self.counters["handed_off"] += 1
-            except (ConnectionLost, StoreError) as exc:
-                log.warning("handing %r to %s failed: %s", key, target, exc)
-            finally:
-                if handle.region is not None:
-                    self.w.store.release([handle.region])
+            for target in self._targets(key, refused, change, len(self.membership.view.ring) + 1):
+                try:
+                    if self._push(key, ver, target):
+                        self.counters["handed_off"] += 1
+                    break
+                except (ConnectionLost, WorkerLeaving) as exc:
+                    log.info("member %s refused %r (%s); trying the next", target, key, exc)
+                    refused.add(target)
+                except StoreError as exc:
+                    log.warning("handing %r to %s failed: %s", key, target, exc)
+                    break
+
+    def _targets(self, key: str, refused: set[str], change: RingChange, n: int) -> list[str]:
+        ring = self.membership.view.ring
+        if self.id in ring or not len(ring):
+            ring = change.new.ring
+        return [m for m in ring.successors(key, len(ring)) if m not in refused][:n]
+
+    def _send_records(self, records: list[MetaRecord], refused: set[str], change: RingChange) -> None:
+        for _ in range(5):
+            out: dict[str, list[MetaRecord]] = {}
+            for rec in records:
+                for m in self._targets(rec.key, refused, change, 2):
+                    out.setdefault(m, []).append(rec)
+            retry: dict[str, MetaRecord] = {}
+            for member, recs in out.items():
+                for i in range(0, len(recs), _BATCH):
+                    batch = recs[i:i + _BATCH]
+                    try:
+                        self.call_member(member, {"op": "c.meta_copy"}, pack_records(batch))
+                        self.counters["records_sent"] += len(batch)
+                    except (ConnectionLost, WorkerLeaving):
+                        refused.add(member)
+                        retry.update((r.key, r) for r in batch)
+            if not retry:
+                return
+            records = list(retry.values())
+        log.warning("%d records could not be handed to any member", len(records))
+
+    def _push(self, key: str, ver: int, target: str) -> bool:
+        try:
+            handle = self.w.store.acquire(key)
+        except KeyNotFound:
+            return False
+        try:
+            with self.w.store.lock:
+                obj = self.w.store.objects.get(key)
+                mode = (obj.l2_mode or "none") if obj is not None else "none"
+            buf = self.w.store.view(handle.region) if handle.region is not None else handle.data
+            if buf is None:
+                buf = memoryview(self.w.store.device.to_host(handle.tensor)).cast("B")
+            self.pool.call(self.address_of(target), {"op": "c.push", "key": key, "ver": ver, "meta": handle.meta,
+                                                     "mode": mode}, [buf])
+            return True
+        finally:
+            if handle.region is not None:
+                self.w.store.release([handle.region])
 
     # -- status ------------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:

@@ -35,3 +35,14 @@ def client(worker):
     c = worker.client()
     yield c
     c.close()
+
+
+@pytest.fixture
+def cluster_of(workers, tmp_path):
+    """``cluster_of(metastore)`` -> a Cluster whose workers the ``workers`` fixture kills at teardown."""
+    from cluster_helpers import Cluster
+
+    def make(metastore: str = "builtin", **kw) -> Cluster:
+        return Cluster(workers, tmp_path, metastore, **kw)
+
+    return make

@@ -1,0 +1,159 @@
+"""Store workers as one cluster: 3-4 real worker processes, built-in metastore and real etcd.
+
+Each test runs once per metastore (``builtin``: the first worker is ``--head``; ``etcd``:
+a real etcd server started by the session fixture). All workers share one L2 directory.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+from etcd_fixture import etcd_server  # noqa: F401
+from store_helpers import wait_until
+
+from kilorl.store import KeyNotFound, ObjectLost, WriteMode
+
+
+@pytest.fixture(params=["builtin", "etcd"])
+def metastore(request) -> str:
+    if request.param == "builtin":
+        return "builtin"
+    return request.getfixturevalue("etcd_server").url
+
+
+def counters(client) -> dict:
+    return client.stats()["cluster"]["counters"]
+
+
+@pytest.mark.timeout(120)
+def test_cross_worker_get_then_local_replica(cluster_of, metastore):
+    cluster = cluster_of(metastore)
+    a, b, c = cluster.start(3)
+    ca, cb, cc = a.client(), b.client(), c.client()
+    value = np.random.default_rng(0).integers(0, 256, 5 * 1024 * 1024 + 17, dtype=np.uint8)  # two chunks
+    ca.set("obj", value)
+    ca.set("small", b"hello")
+    for client in (cb, cc):
+        got = client.get("obj")
+        assert np.array_equal(got, value)
+        assert not got.flags.writeable  # a zero-copy view of the reading worker's own arena
+        assert bytes(client.get("small")) == b"hello"
+    served = counters(ca)["bytes_served"]
+    assert served >= value.nbytes  # the holder sent the bytes at least once ...
+    pulls_b = counters(cb)["remote_gets"]
+    again = cb.get("obj")
+    assert np.array_equal(again, value)
+    assert counters(cb)["remote_gets"] == pulls_b  # ... and the second read on B was local
+    assert counters(ca)["bytes_served"] == served
+    assert cb.locate("obj")["tier"] == "dram"
+    del got, again
+
+    cc.set("obj", b"version 2")  # a new version through another worker invalidates the replicas
+    for client in (ca, cb, cc):
+        assert bytes(client.get("obj")) == b"version 2"
+    assert cb.delete("obj") == 1
+    for client in (ca, cb, cc):
+        with pytest.raises(KeyNotFound):
+            client.get("obj")
+        assert not client.exists("obj")
+    assert cc.exists("small") and cb.exists("small")
+    for client in (ca, cb, cc):
+        client.close()
+
+
+@pytest.mark.timeout(150)
+def test_kill9_recovers_write_through_keys_from_shared_l2(cluster_of, metastore):
+    cluster = cluster_of(metastore)
+    head, other, victim = cluster.start(3)
+    cv = victim.client()
+    n = 1000
+    for i in range(n):
+        cv.set(f"durable/{i}", f"value-{i}".encode(), write_mode=WriteMode.WRITE_THROUGH_L2)
+    cv.set("volatile", b"held only in the victim's memory")
+    survivors = [head.client(), other.client()]
+    assert bytes(survivors[0].get("durable/7")) == b"value-7"
+    cv.close()
+
+    victim.kill9()
+    killed = time.monotonic()
+    for i in range(n):
+        assert bytes(survivors[i % 2].get(f"durable/{i}")) == f"value-{i}".encode()
+    read_all = time.monotonic() - killed
+    assert read_all < 10.0, f"reading {n} keys after kill -9 took {read_all:.1f}s"
+
+    t0 = time.monotonic()
+    with pytest.raises(ObjectLost, match="volatile"):
+        survivors[1].get("volatile")
+    assert time.monotonic() - t0 < 15.0  # within the worker's bound on a remote get, never a hang
+
+    cluster.wait_ring(2, timeout=cluster.lease_ttl + 6)  # the lease ran out: ranges moved
+    detected = time.monotonic() - killed
+    assert detected < cluster.lease_ttl + 6
+    ring = cluster.ring(head)
+    assert victim.address not in ring["ring"]["members"]
+    for i in range(0, n, 97):  # still readable once the ranges moved
+        assert bytes(survivors[(i + 1) % 2].get(f"durable/{i}")) == f"value-{i}".encode()
+    for c in survivors:
+        c.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_scale_out_and_in_under_load(cluster_of, metastore):
+    """2 -> 4 -> 2 workers while a client loop does 10,000 set/get pairs across workers."""
+    cluster = cluster_of(metastore)
+    cluster.start(2)
+    clients = [w.client() for w in cluster.members]
+    n = 10_000
+    done = [0]
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def loop() -> None:
+        for i in range(n):
+            if stop.is_set():
+                return
+            pool = list(clients)
+            value = f"value-{i}".encode() * (1 + i % 7)
+            try:
+                pool[i % len(pool)].set(f"k/{i}", value)
+                got = bytes(pool[(i + 1) % len(pool)].get(f"k/{i}"))
+                if got != value:
+                    failures.append(f"k/{i}: read {got[:20]!r}")
+            except Exception as exc:  # noqa: BLE001 - every failure is reported below
+                failures.append(f"k/{i}: {exc!r}")
+            done[0] = i + 1
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    try:
+        wait_until(lambda: done[0] >= n // 5 or not t.is_alive(), 120, interval=0.05, what="first fifth")
+        joiners = [cluster.add(), cluster.add()]
+        cluster.wait_ring(4)
+        clients += [w.client() for w in joiners]
+        wait_until(lambda: done[0] >= 3 * n // 5 or not t.is_alive(), 120, interval=0.05, what="three fifths")
+        for w in joiners:
+            w.proc.send_signal(signal.SIGTERM)  # graceful leave: hand records and objects over
+        for w in joiners:
+            assert w.proc.wait(60) == 0
+        cluster.wait_ring(2)
+        t.join(180)
+    finally:
+        stop.set()
+    assert not t.is_alive()
+    assert done[0] == n
+    assert failures == []
+    lost = []
+    for i in range(n):
+        value = f"value-{i}".encode() * (1 + i % 7)
+        try:
+            if bytes(clients[i % 2].get(f"k/{i}")) != value:
+                lost.append(i)
+        except Exception as exc:  # noqa: BLE001
+            lost.append((i, repr(exc)[:200]))
+    assert lost == []
+    assert sum(c.failovers for c in clients[2:]) >= 1  # clients of leaving workers moved on
