@@ -237,7 +237,43 @@ def _status(args: argparse.Namespace) -> int:
         print(f"  versions {s['versions']}")
     if s["streams"]:
         print(f"  streams {s['streams']}")
+    if "cluster" in s:
+        _print_cluster(s["cluster"], args)
     return 0
+
+
+def _print_cluster(cl: dict, args: argparse.Namespace) -> None:
+    """Ring, members and per-member usage, asking every member for its own numbers."""
+    from kilorl.store.errors import StoreError
+    from kilorl.store.peers import PeerConn
+
+    print(f"cluster: member {cl['id']}  ring epoch {cl['epoch']}  metastore {cl['metastore']}  "
+          f"vnodes {cl['ring']['vnodes']}")
+    print(f"  {'member':22s} {'address':22s} {'ring share':>10s} {'objects':>8s} {'dram used':>10s} "
+          f"{'records':>8s} {'primaries':>9s} {'replicas':>8s} {'sent':>10s}")
+    token = args.token or _read_token(args)
+    for member in sorted(set(cl["members"]) | set(cl["ring"]["members"])):
+        address = cl["members"].get(member, "?")
+        share = cl["ring"]["ownership"].get(member)
+        try:
+            conn = PeerConn(address, token, timeout=5)
+            try:
+                info = conn.call({"op": "c.info"})[0]
+            finally:
+                conn.close()
+            u = info["usage"]
+            print(f"  {member:22s} {address:22s} {100 * (share or 0):9.1f}% {u['objects']:8d} "
+                  f"{_fmt(u['dram_used']):>10s} {info['records']:8d} {info['primaries']:9d} {info['replicas']:8d} "
+                  f"{_fmt(info['counters']['bytes_served']):>10s}")
+        except (OSError, StoreError, ValueError) as exc:
+            print(f"  {member:22s} {address:22s} {100 * (share or 0):9.1f}%  unreachable: {exc}")
+
+
+def _read_token(args: argparse.Namespace) -> str | None:
+    try:
+        return (_run_dir(args) / "token").read_text().strip()
+    except OSError:
+        return None
 
 
 def run(args: argparse.Namespace) -> int:

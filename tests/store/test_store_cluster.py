@@ -157,3 +157,28 @@ def test_scale_out_and_in_under_load(cluster_of, metastore):
             lost.append((i, repr(exc)[:200]))
     assert lost == []
     assert sum(c.failovers for c in clients[2:]) >= 1  # clients of leaving workers moved on
+
+
+@pytest.mark.timeout(90)
+def test_status_shows_ring_members_and_usage(cluster_of):
+    import subprocess
+    import sys
+
+    from store_helpers import TOKEN
+
+    cluster = cluster_of("builtin")
+    members = cluster.start(3)
+    with members[1].client() as c:
+        for i in range(30):
+            c.set(f"s/{i}", b"x" * 1000)
+    out = subprocess.run([sys.executable, "-m", "kilorl.cli.main", "store", "status", "--port", str(members[0].port),
+                          "--token", TOKEN], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "ring epoch 3" in out.stdout
+    rows = [line for line in out.stdout.splitlines() if line.strip().startswith("127.0.0.1:")]
+    assert sorted(r.split()[0] for r in rows) == sorted(w.address for w in members)
+    assert all("unreachable" not in r for r in rows)
+    shares = [float(r.split()[2].rstrip("%")) for r in rows]
+    assert abs(sum(shares) - 100.0) < 0.5 and min(shares) > 15
+    primaries = {r.split()[0]: int(r.split()[6]) for r in rows}
+    assert primaries[members[1].address] == 30  # the 30 objects live where they were written
