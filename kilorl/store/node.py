@@ -99,6 +99,7 @@ class ClusterNode:
         self.local: dict[str, LocalCopy] = {}
         self.floor: dict[str, int] = {}  # lowest version a local copy may have (after invalidations)
         self.inflight: dict[str, transfer.Inflight] = {}
+        self._fetch_locks: dict[str, list] = {}
         self.pool = PeerPool(worker.token, timeout=max(60.0, cfg.get_timeout * 2))
         self.leaving = threading.Event()
         self._writes = 0
@@ -264,7 +265,24 @@ class ClusterNode:
 
     # -- remote reads ------------------------------------------------------------------------
     def ensure_local(self, key: str, timeout: float | None) -> None:
-        """Makes ``key`` readable from this worker's store, pulling it if needed."""
+        """Makes ``key`` readable from this worker's store, pulling it if needed.
+
+        Concurrent readers of one key on this worker wait for a single pull."""
+        if self.w.store.exists([key])[0]:
+            return
+        with self.lock:
+            entry = self._fetch_locks.setdefault(key, [threading.Lock(), 0])
+            entry[1] += 1
+        try:
+            with entry[0]:
+                self._ensure_local(key, timeout)
+        finally:
+            with self.lock:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    self._fetch_locks.pop(key, None)
+
+    def _ensure_local(self, key: str, timeout: float | None) -> None:
         wait = timeout if timeout else 0.0
         deadline = time.monotonic() + max(wait, self.cfg.get_timeout)
         appear_by = time.monotonic() + wait

@@ -105,8 +105,14 @@ def pull(node: "ClusterNode", key: str, ver: int, size: int, meta: dict[str, Any
 def serve_chunk(node: "ClusterNode", key: str, ver: int, off: int, length: int) -> tuple[list, Any]:
     """(buffers, after) of one chunk: from a finished copy, or from a pull still in flight."""
     store = node.w.store
-    with node.lock:
-        infl = node.inflight.get(key)
+    # A relay may be asked before its own pull has started: give it a moment to begin.
+    deadline = time.monotonic() + 2.0
+    while True:
+        with node.lock:
+            infl = node.inflight.get(key)
+        if infl is not None or node.local_version(key) == ver or time.monotonic() > deadline:
+            break
+        time.sleep(0.005)
     if infl is not None and infl.ver == ver:
         if not infl.wait_for(off + length, timeout=node.cfg.get_timeout):
             raise StaleCopy(f"relay copy of {key!r} failed or stalled")
