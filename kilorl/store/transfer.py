@@ -114,6 +114,8 @@ def serve_chunk(node: "ClusterNode", key: str, ver: int, off: int, length: int) 
             break
         time.sleep(0.005)
     if infl is not None and infl.ver == ver:
+        if off + length > infl.size:
+            raise StaleCopy(f"chunk [{off}, {off + length}) is outside {key!r} ({infl.size} bytes)")
         if not infl.wait_for(off + length, timeout=node.cfg.get_timeout):
             raise StaleCopy(f"relay copy of {key!r} failed or stalled")
         if infl.region is not None:
