@@ -21,10 +21,33 @@ from kilorl.store.metastore.etcd_process import free_port
 from tests.store.etcd_fixture import etcd_server  # noqa: F401  (fixture)
 
 
-@pytest.fixture(params=["builtin", "etcd"])
+@pytest.fixture(scope="module")
+def head_worker(tmp_path_factory):
+    """A store worker started with ``--head``: its built-in metastore served over the store protocol."""
+    import sys
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from store_helpers import WorkerProcess
+
+    w = WorkerProcess(tmp_path_factory.mktemp("head"), "--shm-size", "8MiB", "--head", name="head").start()
+    try:
+        yield w
+    finally:
+        if w.alive():
+            w.proc.kill()
+            w.proc.wait(10)
+        w.remove_arena()
+
+
+@pytest.fixture(params=["builtin", "etcd", "remote"])
 def store(request):
     if request.param == "builtin":
         s = open_metastore("builtin")
+    elif request.param == "remote":
+        from kilorl.store.metastore.remote import RemoteMetastore
+
+        head = request.getfixturevalue("head_worker")
+        s = RemoteMetastore(head.address, head.token)
     else:
         s = open_metastore(request.getfixturevalue("etcd_server").url)
     try:

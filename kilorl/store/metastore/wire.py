@@ -47,11 +47,11 @@ def kv_in(raw: dict[str, Any] | None) -> KeyValue | None:
 
 
 def cas_out(result: CasResult) -> dict[str, Any]:
-    return {"ok": result.succeeded, "rev": result.revision, "cur": kv_out(result.current)}
+    return {"swapped": result.succeeded, "rev": result.revision, "cur": kv_out(result.current)}
 
 
 def cas_in(raw: dict[str, Any]) -> CasResult:
-    return CasResult(bool(raw["ok"]), int(raw["rev"]), kv_in(raw["cur"]))
+    return CasResult(bool(raw["swapped"]), int(raw["rev"]), kv_in(raw["cur"]))
 
 
 def event_out(event: WatchEvent) -> dict[str, Any]:
