@@ -182,3 +182,35 @@ def test_status_shows_ring_members_and_usage(cluster_of):
     assert abs(sum(shares) - 100.0) < 0.5 and min(shares) > 15
     primaries = {r.split()[0]: int(r.split()[6]) for r in rows}
     assert primaries[members[1].address] == 30  # the 30 objects live where they were written
+
+
+@pytest.mark.timeout(60)
+def test_bad_cluster_requests_get_errors_and_the_worker_keeps_serving(cluster_of):
+    from store_helpers import TOKEN
+
+    from kilorl.store.errors import InvalidRequest, StoreError
+    from kilorl.store.peers import PeerConn
+
+    cluster = cluster_of("builtin")
+    a, b = cluster.start(2)
+    with a.client() as c:
+        c.set("good", b"still here")
+    conn = PeerConn(b.address, TOKEN)
+    with pytest.raises(StoreError):  # records payload that is not msgpack
+        conn.call({"op": "c.meta_copy"}, [b"\xc1\xc1 not msgpack"])
+    with pytest.raises(InvalidRequest, match="key"):
+        conn.call({"op": "c.locate", "key": 7})
+    with pytest.raises(StoreError, match="off/len"):
+        conn.call({"op": "c.fetch", "key": "good", "ver": 1, "off": -1, "len": 5})
+    with pytest.raises(StoreError):  # a version nobody holds
+        conn.call({"op": "c.fetch", "key": "good", "ver": 1, "off": 0, "len": 5})
+    conn.close()
+    head = PeerConn(a.address, TOKEN)  # the head's metastore ops validate their fields too
+    with pytest.raises(InvalidRequest, match="key"):
+        head.call({"op": "meta.get", "key": "not-bytes"})
+    assert head.call({"op": "meta.revision"})[0]["rev"] > 1
+    head.close()
+    with pytest.raises(StoreError):  # a peer without the token is refused
+        PeerConn(b.address, "wrong-token")
+    with b.client() as c:
+        assert bytes(c.get("good")) == b"still here"
