@@ -134,7 +134,7 @@ class ClusterNode:
         # Objects indexed from a shared L2 directory belong to whoever wrote them: in a
         # cluster they are found through their records, or read from L2 on a miss.
         with worker.store.lock:
-            for key in [k for k, o in worker.store.objects.items() if o.tier is None]:
+            for key in [k for k, o in worker.store.objects.items() if o.tier is None and not k.startswith("\x00")]:
                 del worker.store.objects[key]
 
     # -- lifecycle (worker service) --------------------------------------------------------

@@ -46,3 +46,16 @@ def cluster_of(workers, tmp_path):
         return Cluster(workers, tmp_path, metastore, **kw)
 
     return make
+
+
+@pytest.fixture(scope="module")
+def head_worker(tmp_path_factory):
+    """A worker started with ``--head``: its built-in metastore served over the store protocol."""
+    w = WorkerProcess(tmp_path_factory.mktemp("head"), "--shm-size", "8MiB", "--head", name="head").start()
+    try:
+        yield w
+    finally:
+        if w.alive():
+            w.proc.kill()
+            w.proc.wait(10)
+        w.remove_arena()

@@ -21,24 +21,6 @@ from kilorl.store.metastore.etcd_process import free_port
 from tests.store.etcd_fixture import etcd_server  # noqa: F401  (fixture)
 
 
-@pytest.fixture(scope="module")
-def head_worker(tmp_path_factory):
-    """A store worker started with ``--head``: its built-in metastore served over the store protocol."""
-    import sys
-
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
-    from store_helpers import WorkerProcess
-
-    w = WorkerProcess(tmp_path_factory.mktemp("head"), "--shm-size", "8MiB", "--head", name="head").start()
-    try:
-        yield w
-    finally:
-        if w.alive():
-            w.proc.kill()
-            w.proc.wait(10)
-        w.remove_arena()
-
-
 @pytest.fixture(params=["builtin", "etcd", "remote"])
 def store(request):
     if request.param == "builtin":
