@@ -29,5 +29,5 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["StoreClient", "WriteMode", "WorkerConfig", "DsClient", "StoreError", "KeyNotFound", "StoreFullError",
-           "InvalidRequest", "AuthError", "ConnectionLost", "ProtocolError", "StoreTimeout", "VersionGone", "ConfigError",
-           "ObjectLost", "WorkerLeaving"]
+           "InvalidRequest", "AuthError", "ConnectionLost", "ProtocolError", "StoreTimeout", "VersionGone",
+           "ConfigError", "ObjectLost", "WorkerLeaving"]

@@ -42,7 +42,8 @@ class MetastoreService:
             "meta.delete": lambda h: {"found": self.store.delete(bytes(arg(h, "key", bytes)))},
             "meta.delete_prefix": lambda h: {"n": self.store.delete_prefix(bytes(arg(h, "prefix", bytes)))},
             "meta.cas": lambda h: wire.cas_out(self.store.compare_and_swap(
-                bytes(arg(h, "key", bytes)), arg(h, "expect", int), bytes(arg(h, "value", bytes)), arg(h, "lease", int, 0))),
+                bytes(arg(h, "key", bytes)), arg(h, "expect", int), bytes(arg(h, "value", bytes)),
+                arg(h, "lease", int, 0))),
             "meta.cad": lambda h: wire.cas_out(self.store.compare_and_delete(bytes(arg(h, "key", bytes)),
                                                                              arg(h, "expect", int))),
             "meta.grant": self._grant,
