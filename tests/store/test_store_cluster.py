@@ -76,7 +76,6 @@ def test_kill9_recovers_write_through_keys_from_shared_l2(cluster_of, metastore)
     cv.set("volatile", b"held only in the victim's memory")
     survivors = [head.client(), other.client()]
     assert bytes(survivors[0].get("durable/7")) == b"value-7"
-    cv.close()
 
     victim.kill9()
     killed = time.monotonic()
@@ -97,7 +96,9 @@ def test_kill9_recovers_write_through_keys_from_shared_l2(cluster_of, metastore)
     assert victim.address not in ring["ring"]["members"]
     for i in range(0, n, 97):  # still readable once the ranges moved
         assert bytes(survivors[(i + 1) % 2].get(f"durable/{i}")) == f"value-{i}".encode()
-    for c in survivors:
+    assert bytes(cv.get("durable/3")) == b"value-3"  # the victim's own client moved to a survivor
+    assert cv.failovers == 1 and cv.address != victim.address
+    for c in [*survivors, cv]:
         c.close()
 
 
@@ -214,3 +215,44 @@ def test_bad_cluster_requests_get_errors_and_the_worker_keeps_serving(cluster_of
         PeerConn(b.address, "wrong-token")
     with b.client() as c:
         assert bytes(c.get("good")) == b"still here"
+
+
+@pytest.mark.timeout(120)
+def test_fanout_relay_bounds_copies_sent_by_the_source(cluster_of):
+    """4 workers x 2 readers read a new object at once: the source sends at most 2 copies."""
+    cluster = cluster_of("builtin", shm="48MiB")
+    source, *readers = cluster.start(5)
+    cs = source.client()
+    clients = [w.client() for w in readers for _ in range(2)]
+    size = 9 * 1024 * 1024  # three 4 MiB chunks: relays forward chunks while receiving
+    value = np.random.default_rng(3).integers(0, 256, size, dtype=np.uint8)
+    for version in range(2):
+        value[0] = version
+        cs.set("param", value)
+        before = counters(cs)["bytes_served"]
+        relayed_before = sum(counters(c)["bytes_served"] for c in clients[::2])
+        barrier = threading.Barrier(len(clients))
+        results: list = [None] * len(clients)
+
+        def read(i: int) -> None:
+            barrier.wait()
+            try:
+                results[i] = np.array_equal(clients[i].get("param"), value)
+            except Exception as exc:  # noqa: BLE001
+                results[i] = exc
+
+        threads = [threading.Thread(target=read, args=(i,)) for i in range(len(clients))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert results == [True] * len(clients)
+        sent = counters(cs)["bytes_served"] - before
+        assert size <= sent <= 2 * size, f"source sent {sent / size:.2f}x the object"
+        relayed = sum(counters(c)["bytes_served"] for c in clients[::2]) - relayed_before
+        assert sent + relayed == 4 * size  # each of the 4 workers pulled exactly one copy
+        assert relayed >= 2 * size  # the other two workers got theirs from relays
+        for c in clients:
+            c.flush_releases()
+    for c in [cs, *clients]:
+        c.close()
