@@ -44,6 +44,7 @@ def meta_put(node: "ClusterNode", h: dict[str, Any], _payload: Any) -> dict[str,
     if node.id not in pref and not h.get("fwd"):  # the sender's ring is older than ours
         return node.call_member(pref[0], {**h, "fwd": True})
     holder, size, meta, mode = arg(h, "holder", str), arg(h, "size", int), arg(h, "meta", dict), arg(h, "mode", str)
+    tier = arg(h, "tier", str, "dram")
     handoff_ver = arg(h, "ver", int, None)
     invalid: list[str] = []
     prev_l2 = False
@@ -56,13 +57,13 @@ def meta_put(node: "ClusterNode", h: dict[str, Any], _payload: Any) -> dict[str,
                 rec.holder, rec.lost = holder, False
                 rec.copies.setdefault(holder, 0)
             else:
-                rec = MetaRecord(key, handoff_ver, holder, size, meta, mode, {holder: 0})
+                rec = MetaRecord(key, handoff_ver, holder, size, meta, mode, tier, {holder: 0})
         else:
             ver = new_version(max(rec.ver if rec else 0, node.floor.get(key, 0)))
             if rec is not None:
                 invalid = [m for m in dict.fromkeys([rec.holder, *rec.copies]) if m and m != holder]
                 prev_l2 = rec.durable
-            rec = MetaRecord(key, ver, holder, size, meta, mode, {holder: 0})
+            rec = MetaRecord(key, ver, holder, size, meta, mode, tier, {holder: 0})
         node.records[key] = rec
         snapshot = rec.to_wire()
     _replicate(node, key, snapshot)
@@ -131,7 +132,7 @@ def has(node: "ClusterNode", h: dict[str, Any], _payload: Any) -> dict[str, Any]
         obj = node.w.store.objects.get(key)
         if obj is None or ver is None:
             return {"rec": None}
-        rec = MetaRecord(key, ver, node.id, obj.size, obj.meta, obj.l2_mode or "none")
+        rec = MetaRecord(key, ver, node.id, obj.size, obj.meta, obj.l2_mode or "none", obj.tier or "l2")
     return {"rec": rec.to_wire()}
 
 

@@ -2,7 +2,7 @@
 
 A record says which worker holds a key's bytes (``holder``; ``""`` means only the shared
 L2 directory has them), the cluster-wide ``ver`` of the current value, its size,
-serialization meta and write mode, which workers hold or are fetching copies
+serialization meta, write mode and tier, which workers hold or are fetching copies
 (``copies``, with how often each served one: the fan-out relay picks from them) and
 whether the bytes died with their holder (``lost``).
 """
@@ -32,6 +32,8 @@ class MetaRecord:
     size: int
     meta: dict[str, Any]
     mode: str = "none"
+    tier: str = "dram"
+    """Tier of the holder's copy when it was written (informational: tiers move)."""
     copies: dict[str, int] = field(default_factory=dict)
     """member -> copies it has served (the holder is included)."""
     lost: bool = False
@@ -42,13 +44,13 @@ class MetaRecord:
 
     def to_wire(self) -> dict[str, Any]:
         return {"key": self.key, "ver": self.ver, "holder": self.holder, "size": self.size, "meta": self.meta,
-                "mode": self.mode, "copies": self.copies, "lost": self.lost}
+                "mode": self.mode, "tier": self.tier, "copies": self.copies, "lost": self.lost}
 
     @classmethod
     def from_wire(cls, raw: dict[str, Any]) -> "MetaRecord":
         return cls(str(raw["key"]), int(raw["ver"]), str(raw["holder"]), int(raw["size"]), dict(raw["meta"]),
-                   str(raw.get("mode", "none")), {str(k): int(v) for k, v in dict(raw.get("copies", {})).items()},
-                   bool(raw.get("lost", False)))
+                   str(raw.get("mode", "none")), str(raw.get("tier", "dram")),
+                   {str(k): int(v) for k, v in dict(raw.get("copies", {})).items()}, bool(raw.get("lost", False)))
 
     def pick_source(self, requester: str, fanout: int, exclude: set[str]) -> str:
         """Where ``requester`` should pull from: the holder until it has served ``fanout``

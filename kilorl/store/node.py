@@ -19,6 +19,7 @@ replica: ``successors(key, 2)``), and wraps the worker's ``set``/``get``/``delet
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -87,8 +88,10 @@ class ClusterNode(RingMoves):
     """Cluster membership and metadata of one worker (see the module docstring)."""
 
     def __init__(self, worker: "Worker", cfg: ClusterConfig):
-        if worker.token is None and not worker.rc.spec.insecure:
-            raise ConfigError("token: cluster workers must share a token (--token) or run --insecure")
+        shared = worker.rc.spec.token or os.environ.get("KILORL_STORE_TOKEN") or worker.rc.spec.insecure
+        if not shared:  # a generated token is known to this worker only: peers could not talk to it
+            raise ConfigError("token: cluster workers must share a token (--token or KILORL_STORE_TOKEN) "
+                              "or all run --insecure")
         self.w = worker
         self.cfg = cfg
         host = worker.rc.spec.host
@@ -190,7 +193,7 @@ class ClusterNode(RingMoves):
             if obj is None:
                 return
             fields = {"key": key, "holder": self.id, "size": obj.size, "meta": obj.meta,
-                      "mode": obj.l2_mode or "none"}
+                      "mode": obj.l2_mode or "none", "tier": obj.tier or "l2"}
         resp = self.meta_call(key, {"op": "c.meta_put", **fields})
         with self.lock:
             self.local[key] = LocalCopy(resp["ver"], True)

@@ -256,3 +256,22 @@ def test_fanout_relay_bounds_copies_sent_by_the_source(cluster_of):
             c.flush_releases()
     for c in [cs, *clients]:
         c.close()
+
+
+def test_bad_cluster_options_name_the_field(tmp_path):
+    import subprocess
+    import sys
+
+    def start(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "kilorl.cli.main", "store", "start", "--foreground", "--port", "0",
+                               "--shm-size", "8MiB", "--run-dir", str(tmp_path / "run"), *args],
+                              capture_output=True, text=True, timeout=60)
+
+    out = start("--head", "--join", "127.0.0.1:1", "--token", "t")
+    assert out.returncode == 2 and "exactly one of --head" in out.stderr
+    out = start("--head")  # a generated token cannot be shared with peers
+    assert out.returncode == 2 and "token:" in out.stderr
+    out = start("--metastore", "redis://x:1", "--token", "t")
+    assert out.returncode == 2 and "metastore:" in out.stderr
+    out = start("--head", "--token", "t", "--cluster-name", "a/b")
+    assert out.returncode == 2 and "cluster_name:" in out.stderr
