@@ -74,6 +74,8 @@ def test_kill9_recovers_write_through_keys_from_shared_l2(cluster_of, metastore)
     for i in range(n):
         cv.set(f"durable/{i}", f"value-{i}".encode(), write_mode=WriteMode.WRITE_THROUGH_L2)
     cv.set("volatile", b"held only in the victim's memory")
+    cv.set("flushed", b"written back before the crash", write_mode=WriteMode.WRITE_BACK_L2)
+    wait_until(lambda: cv.locate("flushed")["l2_durable"], 10, what="write-back flush")
     survivors = [head.client(), other.client()]
     assert bytes(survivors[0].get("durable/7")) == b"value-7"
 
@@ -83,6 +85,7 @@ def test_kill9_recovers_write_through_keys_from_shared_l2(cluster_of, metastore)
         assert bytes(survivors[i % 2].get(f"durable/{i}")) == f"value-{i}".encode()
     read_all = time.monotonic() - killed
     assert read_all < 10.0, f"reading {n} keys after kill -9 took {read_all:.1f}s"
+    assert bytes(survivors[1].get("flushed")) == b"written back before the crash"
 
     t0 = time.monotonic()
     with pytest.raises(ObjectLost, match="volatile"):
