@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from kilorl.store.errors import StaleCopy, StoreError
-from kilorl.store.l2 import _HEAD, _MAGIC
+from kilorl.store.l2 import _HEAD, _MAGIC, L2Store
 from kilorl.store.objects import Region
 
 if TYPE_CHECKING:
@@ -127,6 +127,19 @@ def serve_chunk(node: "ClusterNode", key: str, ver: int, off: int, length: int) 
         return [bytes(infl.view[off:off + length])], None
     if node.local_version(key) != ver:
         raise StaleCopy(f"this worker holds no copy of {key!r} at version {ver}")
+    with store.lock:  # a copy in a file (disk tier, L2 only): read just this chunk's range
+        obj = store.objects.get(key)
+        src = None
+        if obj is not None and obj.tier in ("disk", None) and off + length <= obj.size:
+            src = (obj.disk_path, 0) if obj.tier == "disk" else (obj.l2_path, obj.l2_offset)
+    if src is not None and src[0]:
+        chunk = bytearray(length)
+        try:
+            L2Store.read_into(src[0], src[1] + off, memoryview(chunk))
+            node.count_served(length)
+            return [chunk], None
+        except OSError:
+            pass  # moved meanwhile (promoted, demoted, replaced): read it the general way
     handle = store.acquire(key)
     if handle.size < off + length:
         if handle.region is not None:

@@ -13,7 +13,9 @@ _names = itertools.count()
 class Cluster:
     """Starts workers that form one cluster; ``workers`` is the conftest factory (kills all at teardown)."""
 
-    def __init__(self, workers, base: Path, metastore: str, lease_ttl: float = 2.0, shm: str = "64MiB"):
+    def __init__(self, workers, base: Path, metastore: str, lease_ttl: float = 2.0, shm: str = "64MiB",
+                 extra: tuple[str, ...] = ()):
+        self.extra = list(extra)
         self.make = workers
         self.metastore = metastore  # "builtin" or an etcd:// URL
         self.l2 = base / "shared-l2"
@@ -25,7 +27,7 @@ class Cluster:
 
     def _args(self) -> list[str]:
         args = ["--shm-size", self.shm, "--l2-dir", str(self.l2), "--lease-ttl", str(self.lease_ttl),
-                "--cluster-name", self.name]
+                "--cluster-name", self.name, *self.extra]
         if self.metastore == "builtin":
             args += ["--head"] if self.head is None else ["--join", self.head.address]
         else:

@@ -278,3 +278,17 @@ def test_bad_cluster_options_name_the_field(tmp_path):
     assert out.returncode == 2 and "metastore:" in out.stderr
     out = start("--head", "--token", "t", "--cluster-name", "a/b")
     assert out.returncode == 2 and "cluster_name:" in out.stderr
+
+
+@pytest.mark.timeout(60)
+def test_remote_get_of_an_object_in_the_holders_disk_tier(cluster_of, tmp_path):
+    cluster = cluster_of("builtin", extra=("--disk-dir", str(tmp_path / "spill"), "--disk-size", "64MiB"))
+    a, b = cluster.start(2)
+    ca, cb = a.client(), b.client()
+    value = np.random.default_rng(4).integers(0, 256, 9 * 1024 * 1024, dtype=np.uint8)
+    ca.set("cold", value, tier="disk")
+    assert ca.locate("cold")["tier"] == "disk"
+    assert np.array_equal(cb.get("cold"), value)  # pulled chunk by chunk from A's spill file
+    assert counters(ca)["bytes_served"] == value.nbytes
+    assert ca.locate("cold")["tier"] == "disk"  # serving it did not move A's copy
+    ca.close(), cb.close()
