@@ -82,6 +82,9 @@ class LocalCopy:
     ver: int
     primary: bool
     """True for bytes written through this worker (or handed to it); False for replicas."""
+    gen: int
+    """The local object's generation: a newer local write (not yet registered) is never
+    mistaken for this copy."""
 
 
 class ClusterNode(RingMoves):
@@ -194,9 +197,15 @@ class ClusterNode(RingMoves):
                 return
             fields = {"key": key, "holder": self.id, "size": obj.size, "meta": obj.meta,
                       "mode": obj.l2_mode or "none", "tier": obj.tier or "l2"}
+            gen = obj.gen
         resp = self.meta_call(key, {"op": "c.meta_put", **fields})
         with self.lock:
-            self.local[key] = LocalCopy(resp["ver"], True)
+            if resp["ver"] < self.floor.get(key, 0):
+                # A newer version was registered (and its invalidation reached us) before
+                # our own registration returned: this object is already outdated.
+                self.w.store.delete_generation(key, gen)
+            elif self.w.store.generation(key) == gen:  # not replaced by a later local write meanwhile
+                self.local[key] = LocalCopy(resp["ver"], True, gen)
         if resp.get("prev_l2") and fields["mode"] == "none" and self.w.store.l2 is not None:
             self.w.store.l2.delete(key)
 
@@ -244,24 +253,31 @@ class ClusterNode(RingMoves):
                 if isinstance(data, Region):
                     self.w.store.release([data])
                 raise StaleCopy(f"{key!r} version {ver} was replaced while it was fetched")
-            self.w.store.put(key, meta, size, data, tier=None, ttl=None, l2_mode=None, pin=False)
-            self.local[key] = LocalCopy(ver, primary)
+            obj, _ = self.w.store.put(key, meta, size, data, tier=None, ttl=None, l2_mode=None, pin=False)
+            self.local[key] = LocalCopy(ver, primary, obj.gen)
 
     def local_version(self, key: str) -> int | None:
+        copy = self.local_copy(key)
+        return copy.ver if copy is not None else None
+
+    def local_copy(self, key: str) -> LocalCopy | None:
+        """This worker's registered copy of ``key`` if the store still holds exactly it."""
         with self.lock:
             copy = self.local.get(key)
-        return copy.ver if copy is not None else None
+        if copy is None or self.w.store.generation(key) != copy.gen:
+            return None
+        return copy
 
     def invalidate(self, key: str, ver: int) -> None:
         """Drops the local copy of ``key`` if it is older than ``ver`` (L2 files stay)."""
         with self.lock:
             self.floor[key] = max(self.floor.get(key, 0), ver)
             copy = self.local.get(key)
-            if copy is not None and copy.ver >= ver:
-                return
-            self.local.pop(key, None)
-            n, _ = self.w.store.delete([key])  # the L2 file now belongs to the new version
-            self.counters["invalidated"] += n
+            if copy is None or copy.ver >= ver:
+                return  # no registered copy: a local write in progress is newer than ``ver``
+            del self.local[key]
+            # Only the registered object goes (its L2 file, if any, now belongs to the new version).
+            self.counters["invalidated"] += self.w.store.delete_generation(key, copy.gen)
 
     def count_served(self, nbytes: int) -> None:
         with self.lock:

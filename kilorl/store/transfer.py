@@ -125,12 +125,13 @@ def serve_chunk(node: "ClusterNode", key: str, ver: int, off: int, length: int) 
             return [infl.view[off:off + length]], (lambda: store.release([infl.region]))
         node.count_served(length)
         return [bytes(infl.view[off:off + length])], None
-    if node.local_version(key) != ver:
+    copy = node.local_copy(key)
+    if copy is None or copy.ver != ver:
         raise StaleCopy(f"this worker holds no copy of {key!r} at version {ver}")
     with store.lock:  # a copy in a file (disk tier, L2 only): read just this chunk's range
         obj = store.objects.get(key)
         src = None
-        if obj is not None and obj.tier in ("disk", None) and off + length <= obj.size:
+        if obj is not None and obj.gen == copy.gen and obj.tier in ("disk", None) and off + length <= obj.size:
             src = (obj.disk_path, 0) if obj.tier == "disk" else (obj.l2_path, obj.l2_offset)
     if src is not None and src[0]:
         chunk = bytearray(length)
@@ -141,7 +142,7 @@ def serve_chunk(node: "ClusterNode", key: str, ver: int, off: int, length: int) 
         except OSError:
             pass  # moved meanwhile (promoted, demoted, replaced): read it the general way
     handle = store.acquire(key)
-    if handle.size < off + length:
+    if store.generation(key) != copy.gen or handle.size < off + length:
         if handle.region is not None:
             store.release([handle.region])
         raise StaleCopy(f"copy of {key!r} changed size")

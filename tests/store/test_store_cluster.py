@@ -292,3 +292,44 @@ def test_remote_get_of_an_object_in_the_holders_disk_tier(cluster_of, tmp_path):
     assert counters(ca)["bytes_served"] == value.nbytes
     assert ca.locate("cold")["tier"] == "disk"  # serving it did not move A's copy
     ca.close(), cb.close()
+
+
+@pytest.mark.timeout(90)
+def test_concurrent_writers_of_one_key_converge(cluster_of):
+    """Writers on two workers overwrite one key while a third reads: no failed op, and at
+    the end every worker reads the same value, one that was written."""
+    cluster = cluster_of("builtin")
+    a, b, c = cluster.start(3)
+    errors: list[str] = []
+    written = {f"{w}-{i}".encode() for w in "ab" for i in range(200)}
+
+    def write(worker, tag: str) -> None:
+        with worker.client() as cl:
+            for i in range(200):
+                try:
+                    cl.set("hot", f"{tag}-{i}".encode())
+                except Exception as exc:  # noqa: BLE001
+                    errors.append(repr(exc))
+
+    def read() -> None:
+        with c.client() as cl:
+            for _ in range(200):
+                try:
+                    got = bytes(cl.get("hot", timeout=5))
+                    if got not in written:
+                        errors.append(f"read {got!r}")
+                except Exception as exc:  # noqa: BLE001
+                    errors.append(repr(exc))
+
+    threads = [threading.Thread(target=write, args=(a, "a")), threading.Thread(target=write, args=(b, "b")),
+               threading.Thread(target=read)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    finals = set()
+    for w in (a, b, c):
+        with w.client() as cl:
+            finals.add(bytes(cl.get("hot")))
+    assert len(finals) == 1 and finals <= written
