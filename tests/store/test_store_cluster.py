@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from etcd_fixture import etcd_server  # noqa: F401
+from tests.store.etcd_fixture import etcd_server  # noqa: F401  (fixture)
 from store_helpers import wait_until
 
 from kilorl.store import KeyNotFound, ObjectLost, WriteMode
