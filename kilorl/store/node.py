@@ -161,7 +161,8 @@ class ClusterNode(RingMoves):
             self._writes_cond.wait_for(lambda: self._writes == 0, timeout=30)
         try:
             self.membership.leave(handoff=self._handoff)
-            log.info("member %s left the ring", self.id)
+            log.info("member %s left the ring: handed off %d objects and %d records", self.id,
+                        self.counters["handed_off"], self.counters["records_sent"])
         except Exception:
             log.exception("graceful leave of %s failed", self.id)
 

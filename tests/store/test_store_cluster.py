@@ -6,6 +6,7 @@ a real etcd server started by the session fixture). All workers share one L2 dir
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 import time
@@ -138,12 +139,17 @@ def test_scale_out_and_in_under_load(cluster_of, metastore):
         wait_until(lambda: done[0] >= n // 5 or not t.is_alive(), 120, interval=0.05, what="first fifth")
         joiners = [cluster.add(), cluster.add()]
         cluster.wait_ring(4)
+        # the joiners took over ring ranges: the records of keys written so far moved to them
+        wait_until(lambda: all(cluster.ring(w)["counters"]["records_received"] > 100 for w in joiners), 30,
+                   interval=0.05, what="records migrated to the joiners")
         clients += [w.client() for w in joiners]
         wait_until(lambda: done[0] >= 3 * n // 5 or not t.is_alive(), 120, interval=0.05, what="three fifths")
         for w in joiners:
             w.proc.send_signal(signal.SIGTERM)  # graceful leave: hand records and objects over
         for w in joiners:
             assert w.proc.wait(60) == 0
+        handed = [re.search(r"handed off (\d+) objects", w.read_log()) for w in joiners]
+        assert all(handed) and sum(int(m.group(1)) for m in handed) > 0  # objects written through them moved
         cluster.wait_ring(2)
         t.join(180)
     finally:
