@@ -46,10 +46,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     start.add_argument("--stream-capacity", type=int, default=1024, help="default unacked messages per stream")
     start.add_argument("--ack-timeout", type=float, default=30.0, help="seconds before an unacked message is redelivered")
     start.add_argument("--run-dir", help="directory for socket, pid, token and log (default per port)")
+    cl = start.add_argument_group("cluster (one of --head / --join / --metastore makes the worker a cluster member)")
+    cl.add_argument("--head", action="store_true", help="host the cluster's built-in metastore")
+    cl.add_argument("--join", metavar="HOST:PORT", help="join the cluster whose head worker listens here")
+    cl.add_argument("--metastore", metavar="etcd://HOST:PORT", help="use etcd as the cluster's metastore")
+    cl.add_argument("--cluster-name", help="name of the cluster in the metastore (several may share one etcd)")
+    cl.add_argument("--member-id", help="member id in the ring (default HOST:PORT)")
+    cl.add_argument("--lease-ttl", type=float, default=3.0, help="seconds without heartbeat before a worker is dead")
+    cl.add_argument("--fanout", type=int, default=2, help="copies a holder serves before readers relay")
     start.add_argument("--foreground", action="store_true", help="run in this process instead of daemonizing")
     start.add_argument("--log-level", default="INFO")
     for name, text in (("stop", "stop a worker (clean: write-back queue flushed)"),
-                       ("status", "tier usage, object counts and clients of a worker")):
+                       ("status", "tier usage, object counts and clients of a worker; ring and members of a cluster")):
         p = sub.add_parser(name, help=text)
         p.add_argument("--port", type=int, default=31501)
         p.add_argument("--host", default="127.0.0.1")
@@ -81,6 +89,20 @@ def _config(args: argparse.Namespace):
                         ack_timeout_s=args.ack_timeout)
 
 
+def _cluster_config(args: argparse.Namespace):
+    if not (args.head or args.join or args.metastore):
+        return None
+    from kilorl.store.node import ClusterConfig
+
+    from kilorl.store.errors import ConfigError
+
+    name = args.cluster_name or "default"
+    if not name.replace("-", "").replace("_", "").isalnum():
+        raise ConfigError(f"cluster_name: use letters, digits, '-' and '_', got {name!r}")
+    return ClusterConfig(head=args.head, join=args.join, metastore=args.metastore, member_id=args.member_id,
+                         lease_ttl=args.lease_ttl, fanout=args.fanout, prefix=f"/kilorl/store/{name}/")
+
+
 def _run_dir(args: argparse.Namespace) -> Path:
     from kilorl.store.config import default_run_dir
 
@@ -96,6 +118,12 @@ def _forward(args: argparse.Namespace) -> list[str]:
         value = getattr(args, name)
         if value is not None:
             out += [f"--{name.replace('_', '-')}", str(value)]
+    for name in ("join", "metastore", "cluster_name", "member_id", "lease_ttl", "fanout"):
+        value = getattr(args, name)
+        if value is not None:
+            out += [f"--{name.replace('_', '-')}", str(value)]
+    if args.head:
+        out.append("--head")
     if args.insecure:
         out.append("--insecure")
     for rule in args.tier_rule:
@@ -110,6 +138,7 @@ def _start(args: argparse.Namespace) -> int:
 
     try:
         rc = _config(args).resolve()
+        cluster = _cluster_config(args)
     except StoreError as exc:
         print(f"kilorl store start: {exc}", file=sys.stderr)
         return 2
@@ -118,7 +147,7 @@ def _start(args: argparse.Namespace) -> int:
 
         logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
         try:
-            return run_worker(rc)
+            return run_worker(rc, cluster)
         except StoreError as exc:
             print(f"kilorl store start: {exc}", file=sys.stderr)
             return 2
@@ -208,7 +237,43 @@ def _status(args: argparse.Namespace) -> int:
         print(f"  versions {s['versions']}")
     if s["streams"]:
         print(f"  streams {s['streams']}")
+    if "cluster" in s:
+        _print_cluster(s["cluster"], args)
     return 0
+
+
+def _print_cluster(cl: dict, args: argparse.Namespace) -> None:
+    """Ring, members and per-member usage, asking every member for its own numbers."""
+    from kilorl.store.errors import StoreError
+    from kilorl.store.peers import PeerConn
+
+    print(f"cluster: member {cl['id']}  ring epoch {cl['epoch']}  metastore {cl['metastore']}  "
+          f"vnodes {cl['ring']['vnodes']}")
+    print(f"  {'member':22s} {'address':22s} {'ring share':>10s} {'objects':>8s} {'dram used':>10s} "
+          f"{'records':>8s} {'primaries':>9s} {'replicas':>8s} {'sent':>10s}")
+    token = args.token or _read_token(args)
+    for member in sorted(set(cl["members"]) | set(cl["ring"]["members"])):
+        address = cl["members"].get(member, "?")
+        share = cl["ring"]["ownership"].get(member)
+        try:
+            conn = PeerConn(address, token, timeout=5)
+            try:
+                info = conn.call({"op": "c.info"})[0]
+            finally:
+                conn.close()
+            u = info["usage"]
+            print(f"  {member:22s} {address:22s} {100 * (share or 0):9.1f}% {u['objects']:8d} "
+                  f"{_fmt(u['dram_used']):>10s} {info['records']:8d} {info['primaries']:9d} {info['replicas']:8d} "
+                  f"{_fmt(info['counters']['bytes_served']):>10s}")
+        except (OSError, StoreError, ValueError) as exc:
+            print(f"  {member:22s} {address:22s} {100 * (share or 0):9.1f}%  unreachable: {exc}")
+
+
+def _read_token(args: argparse.Namespace) -> str | None:
+    try:
+        return (_run_dir(args) / "token").read_text().strip()
+    except OSError:
+        return None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kilorl.store.errors import (AuthError, ConfigError, ConnectionLost, InvalidRequest, KeyNotFound, ProtocolError,
-                                 StoreError, StoreFullError, StoreTimeout, VersionGone)
+from kilorl.store.errors import (AuthError, ConfigError, ConnectionLost, InvalidRequest, KeyNotFound, ObjectLost,
+                                 ProtocolError, StoreError, StoreFullError, StoreTimeout, VersionGone, WorkerLeaving)
 
 _LAZY = {
     "StoreClient": ("kilorl.store.client", "StoreClient"),
@@ -29,4 +29,5 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["StoreClient", "WriteMode", "WorkerConfig", "DsClient", "StoreError", "KeyNotFound", "StoreFullError",
-           "InvalidRequest", "AuthError", "ConnectionLost", "ProtocolError", "StoreTimeout", "VersionGone", "ConfigError"]
+           "InvalidRequest", "AuthError", "ConnectionLost", "ProtocolError", "StoreTimeout", "VersionGone",
+           "ConfigError", "ObjectLost", "WorkerLeaving"]

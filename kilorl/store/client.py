@@ -15,6 +15,7 @@ import enum
 import os
 import socket
 import threading
+import time
 import weakref
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
@@ -24,7 +25,8 @@ import numpy as np
 from kilorl.store import serialization
 from kilorl.store.arena import Arena
 from kilorl.store.config import default_run_dir
-from kilorl.store.errors import ConnectionLost, InvalidRequest, ProtocolError, error_from_code
+from kilorl.store.errors import (ConnectionLost, InvalidRequest, ProtocolError, StoreError, WorkerLeaving,
+                                 error_from_code)
 from kilorl.store.protocol import FramedSocket, host_identity, is_loopback, parse_address
 
 
@@ -70,20 +72,34 @@ class StoreClient:
     def __init__(self, address: str = "127.0.0.1:31501", token: str | None = None, *, zero_copy: bool = True,
                  inline_threshold: int = 64 * 1024, connect_timeout: float = 10.0, run_dir: str | None = None,
                  use_unix_socket: bool = True):
-        host, port = parse_address(address)
+        parse_address(address)
         self.address = address
         self.inline_threshold = inline_threshold
-        self._token = _resolve_token(token, host, port, run_dir)
+        self._token_arg, self._run_dir = token, run_dir
+        self._zero_copy, self._use_unix, self._connect_timeout = zero_copy, use_unix_socket, connect_timeout
         self._lock = threading.Lock()
         self._released: collections.deque[int] = collections.deque()
+        self._epoch = 0
         self.arena: Arena | None = None
-        sock = socket.create_connection((host, port), timeout=connect_timeout)
+        self.members: list[str] = []
+        self.failovers = 0
+        self._connect(address)
+
+    def _connect(self, address: str) -> None:
+        """(Re)connects to ``address``; leases of an earlier connection are forgotten (they
+        died with it), its arena mapping stays alive as long as views of it exist."""
+        host, port = parse_address(address)
+        token = _resolve_token(self._token_arg, host, port, self._run_dir)
+        self._token = token
+        sock = socket.create_connection((host, port), timeout=self._connect_timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(None)
+        self._epoch += 1
+        self._released.clear()
         self._fs = FramedSocket(sock)
         self.transport = "tcp"
         info = self._hello()
-        if use_unix_socket and "arena" in info and os.path.exists(info["unix"]):
+        if self._use_unix and "arena" in info and os.path.exists(info["unix"]):
             try:
                 usock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 usock.connect(info["unix"])
@@ -95,11 +111,41 @@ class StoreClient:
                 self.transport = "unix"
                 info = self._hello()
         self.info = info
-        if zero_copy and "arena" in info:
+        self.address = address
+        if info.get("members"):
+            self.members = list(info["members"])
+        self.arena = None
+        if self._zero_copy and "arena" in info:
             try:
                 self.arena = Arena.attach(info["arena"], info["arena_size"])
             except OSError:
                 self.arena = None  # e.g. another user's worker: fall back to inline transfers
+
+    def _failover(self, why: Exception) -> None:
+        """Moves to another live member of the worker's cluster (cluster workers only)."""
+        candidates = [a for a in self.members if a != self.address] + [self.address]
+        self._fs.close()
+        for address in candidates:
+            try:
+                self._connect(address)
+                self.failovers += 1
+                return
+            except (OSError, StoreError):
+                continue
+        raise ConnectionLost(f"no member of the cluster is reachable (last error: {why})") from why
+
+    def _retrying(self, fn, *args, **kw):
+        """Runs one operation; on a cluster, a lost or leaving worker is replaced by another
+        member and the operation repeated (bounded: 8 tries within 30 s)."""
+        deadline = time.monotonic() + 30.0
+        for attempt in range(8):
+            try:
+                return fn(*args, **kw)
+            except (ConnectionLost, WorkerLeaving) as exc:
+                if "cluster" not in self.info or attempt == 7 or time.monotonic() > deadline:
+                    raise
+                time.sleep(min(0.05 * 2 ** attempt, 1.0))
+                self._failover(exc)
 
     def _hello(self) -> dict[str, Any]:
         header, _ = self._call({"op": "hello", "token": self._token, "host_id": host_identity(), "pid": os.getpid()})
@@ -113,6 +159,8 @@ class StoreClient:
         if rel:
             header["rel"] = rel
         with self._lock:
+            if self._fs.sock.fileno() < 0:
+                raise ConnectionLost(f"connection to worker {self.address} is closed")
             try:
                 self._fs.send(header, list(buffers))
                 resp, plen = self._fs.read_header()
@@ -125,6 +173,10 @@ class StoreClient:
         if not resp.get("ok"):
             raise error_from_code(resp.get("code", ""), resp.get("msg", "request failed"))
         return resp, payload
+
+    def _release_lease(self, epoch: int, lease: int) -> None:
+        if epoch == self._epoch:  # leases of an earlier connection ended with it
+            self._released.append(lease)
 
     def _check_size(self, nbytes: int) -> None:
         if nbytes > self.info["max_payload"]:
@@ -142,7 +194,7 @@ class StoreClient:
             # when the last view is gone: that is when the lease can be returned.
             holder = (ctypes.c_char * size).from_buffer(self.arena.mm, item["loc"]) if size else bytearray()
             if size:
-                weakref.finalize(holder, self._released.append, item["lease"])
+                weakref.finalize(holder, self._release_lease, self._epoch, item["lease"])
             else:
                 self._released.append(item["lease"])
             return serialization.decode(meta, memoryview(holder).cast("B"))
@@ -172,15 +224,18 @@ class StoreClient:
     def set(self, key: str, value: Any, write_mode: WriteMode = WriteMode.NONE_L2, ttl: float | None = None,
             tier: str | None = None, pin: bool = False) -> None:
         """Stores ``value`` (bytes, str, ndarray, tensor, dict of them) under ``key``."""
-        self._write({"key": key, "mode": WriteMode(write_mode).value, "ttl": ttl, "tier": tier, "pin": pin}, value)
+        fields = {"key": key, "mode": WriteMode(write_mode).value, "ttl": ttl, "tier": tier, "pin": pin}
+        self._retrying(lambda: self._write(dict(fields), value))
 
     def get(self, key: str, timeout: float | None = None) -> Any:
         """The value of ``key``; local large values are read-only zero-copy views.
 
         With ``timeout`` it waits that long for the key to appear.
         """
-        resp, payload = self._call({"op": "get", "key": key, "zc": self._zc(), "timeout": timeout})
-        return self._materialize(resp, payload)
+        def once() -> Any:
+            resp, payload = self._call({"op": "get", "key": key, "zc": self._zc(), "timeout": timeout})
+            return self._materialize(resp, payload)
+        return self._retrying(once)
 
     def mset(self, items: dict[str, Any], write_mode: WriteMode = WriteMode.NONE_L2, ttl: float | None = None,
              tier: str | None = None) -> None:
@@ -189,7 +244,7 @@ class StoreClient:
 
     def mget(self, keys: list[str]) -> list[Any]:
         """Values of ``keys`` in order, ``None`` for missing ones."""
-        resp, payload = self._call({"op": "mget", "keys": list(keys), "zc": self._zc()})
+        resp, payload = self._retrying(lambda: self._call({"op": "mget", "keys": list(keys), "zc": self._zc()}))
         out, pos = [], 0
         for item in resp["items"]:
             if item is None:
@@ -202,10 +257,10 @@ class StoreClient:
         return out
 
     def delete(self, *keys: str) -> int:
-        return self._call({"op": "delete", "keys": list(keys)})[0]["n"]
+        return self._retrying(lambda: self._call({"op": "delete", "keys": list(keys)}))[0]["n"]
 
     def exists(self, key: str) -> bool:
-        return bool(self._call({"op": "exists", "keys": [key]})[0]["found"][0])
+        return bool(self._retrying(lambda: self._call({"op": "exists", "keys": [key]}))[0]["found"][0])
 
     def expire(self, key: str, ttl: float | None) -> bool:
         """Sets (or with ``None`` clears) a key's time to live; False if the key is absent."""

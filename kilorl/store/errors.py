@@ -73,8 +73,30 @@ class ConfigError(StoreError, ValueError):
     code = "config"
 
 
+class ObjectLost(StoreError, KeyError):
+    """The key's bytes were held only by a worker that died (not durable in L2)."""
+
+    code = "lost"
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "object lost"
+
+
+class WorkerLeaving(StoreError):
+    """The worker is leaving the cluster and takes no new writes; the client retries elsewhere."""
+
+    code = "leaving"
+
+
+class StaleCopy(StoreError):
+    """A peer was asked for a version of a key it no longer (or not yet) holds."""
+
+    code = "stale"
+
+
 _BY_CODE = {cls.code: cls for cls in (StoreError, KeyNotFound, StoreFullError, InvalidRequest, AuthError,
-                                      ProtocolError, StoreTimeout, VersionGone, ConfigError)}
+                                      ProtocolError, StoreTimeout, VersionGone, ConfigError, ObjectLost,
+                                      WorkerLeaving, StaleCopy)}
 
 
 def error_from_code(code: str, message: str) -> StoreError:

@@ -31,6 +31,20 @@ class KeySpaceMixin:
                     l2.append((key, obj.l2_mode))
         return n, l2
 
+    def delete_generation(self, key: str, gen: int) -> bool:
+        """Deletes ``key`` only if it is still generation ``gen`` (a newer write stays)."""
+        with self.lock:
+            obj = self.objects.get(key)
+            if obj is None or obj.gen != gen:
+                return False
+            self._remove(obj)
+            return True
+
+    def generation(self, key: str) -> int | None:
+        with self.lock:
+            obj = self.objects.get(key)
+            return obj.gen if obj is not None else None
+
     def exists(self, keys: list[str]) -> list[bool]:
         with self.lock:
             return [self._live(k) is not None for k in keys]

@@ -80,6 +80,8 @@ class Worker:
         self.streams = StreamTable(spec.stream_capacity, spec.ack_timeout_s)
         self.handlers: dict[str, _handlers.Handler] = dict(_handlers.HANDLERS)
         self.services: list[Any] = []
+        self.hello_fields: Any = None  # a cluster layer adds member addresses to the hello reply
+        self._stopping = threading.Event()
         self.connections: dict[int, Connection] = {}
         self._conn_ids = itertools.count(1)
         self._stop = threading.Event()
@@ -216,6 +218,8 @@ class Worker:
                  "max_payload": self.rc.max_payload, "conn": conn.id}
         if conn.same_host:
             reply.update(arena=str(self.arena.path), arena_size=self.arena.size)
+        if self.hello_fields is not None:
+            reply.update(self.hello_fields())
         conn.fs.send(reply)
 
     def _release_leases(self, conn: Connection, ids: Any) -> None:
@@ -243,7 +247,25 @@ class Worker:
 
     # -- stopping ----------------------------------------------------------------------
     def request_stop(self) -> None:
-        self._stop.set()
+        """Stops serving; services with a ``drain()`` (a cluster member's graceful leave)
+        run it first, while the worker still accepts and serves requests."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        drains = [s.drain for s in self.services if hasattr(s, "drain")]
+        if not drains:
+            self._stop.set()
+            return
+
+        def drain_then_stop() -> None:
+            for drain in drains:
+                try:
+                    drain()
+                except Exception:
+                    log.exception("draining %r failed", drain)
+            self._stop.set()
+
+        threading.Thread(target=drain_then_stop, name="drain", daemon=True).start()
 
     def _shutdown(self) -> None:
         log.info("worker %d stopping", self.pid)
@@ -271,9 +293,22 @@ class Worker:
         self._stopped.set()
 
 
-def run_worker(rc: ResolvedConfig) -> int:
-    """Runs a worker in this process until SIGTERM/SIGINT or a shutdown request."""
+def run_worker(rc: ResolvedConfig, cluster: Any = None) -> int:
+    """Runs a worker in this process until SIGTERM/SIGINT or a shutdown request.
+
+    With a ``node.ClusterConfig`` the worker joins (or, ``head``, hosts) a cluster.
+    """
     worker = Worker(rc)
+    if cluster is not None:
+        from kilorl.store.node import ClusterNode
+
+        try:
+            ClusterNode(worker, cluster)
+        except BaseException:
+            worker.tcp.close()
+            worker.unix.close()
+            worker.arena.close()
+            raise
     (worker.run_dir / "worker.pid").write_text(str(worker.pid))
 
     def on_signal(signum: int, _frame: Any) -> None:

@@ -35,3 +35,27 @@ def client(worker):
     c = worker.client()
     yield c
     c.close()
+
+
+@pytest.fixture
+def cluster_of(workers, tmp_path):
+    """``cluster_of(metastore)`` -> a Cluster whose workers the ``workers`` fixture kills at teardown."""
+    from cluster_helpers import Cluster
+
+    def make(metastore: str = "builtin", **kw) -> Cluster:
+        return Cluster(workers, tmp_path, metastore, **kw)
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def head_worker(tmp_path_factory):
+    """A worker started with ``--head``: its built-in metastore served over the store protocol."""
+    w = WorkerProcess(tmp_path_factory.mktemp("head"), "--shm-size", "8MiB", "--head", name="head").start()
+    try:
+        yield w
+    finally:
+        if w.alive():
+            w.proc.kill()
+            w.proc.wait(10)
+        w.remove_arena()

@@ -37,16 +37,21 @@ SAMPLE = [key_position(f"k{i}") for i in range(5000)]
 class Backend:
     """Hands out metastore clients: the one shared builtin, or a new etcd client each time."""
 
-    def __init__(self, kind: str, url: str):
-        self.kind, self.url = kind, url
-        self.ttl = 1.0 if kind == "builtin" else 2.0  # etcd's minimum lease TTL is 2 s
+    def __init__(self, kind: str, url: str, token: str | None = None):
+        self.kind, self.url, self.token = kind, url, token
+        self.ttl = 2.0 if kind == "etcd" else 1.0  # etcd's minimum lease TTL is 2 s
         self._shared = open_metastore("builtin") if kind == "builtin" else None
         self._opened = []
 
     def store(self):
         if self._shared is not None:
             return self._shared
-        s = open_metastore(self.url)
+        if self.kind == "remote":  # the built-in metastore served by a --head worker
+            from kilorl.store.metastore.remote import RemoteMetastore
+
+            s = RemoteMetastore(self.url, self.token)
+        else:
+            s = open_metastore(self.url)
         self._opened.append(s)
         return s
 
@@ -57,10 +62,13 @@ class Backend:
             self._shared.close()
 
 
-@pytest.fixture(params=["builtin", "etcd"])
+@pytest.fixture(params=["builtin", "etcd", "remote"])
 def backend(request):
-    url = "builtin" if request.param == "builtin" else request.getfixturevalue("etcd_server").url
-    b = Backend(request.param, url)
+    if request.param == "remote":
+        head = request.getfixturevalue("head_worker")
+        b = Backend("remote", head.address, head.token)
+    else:
+        b = Backend(request.param, "builtin" if request.param == "builtin" else request.getfixturevalue("etcd_server").url)
     try:
         yield b
     finally:

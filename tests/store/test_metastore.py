@@ -21,10 +21,15 @@ from kilorl.store.metastore.etcd_process import free_port
 from tests.store.etcd_fixture import etcd_server  # noqa: F401  (fixture)
 
 
-@pytest.fixture(params=["builtin", "etcd"])
+@pytest.fixture(params=["builtin", "etcd", "remote"])
 def store(request):
     if request.param == "builtin":
         s = open_metastore("builtin")
+    elif request.param == "remote":
+        from kilorl.store.metastore.remote import RemoteMetastore
+
+        head = request.getfixturevalue("head_worker")
+        s = RemoteMetastore(head.address, head.token)
     else:
         s = open_metastore(request.getfixturevalue("etcd_server").url)
     try:

@@ -1,0 +1,189 @@
+"""Moving object bytes between workers: chunked pulls into the arena, relays, L2 loads.
+
+``pull`` allocates the object in the local arena and asks the source for fixed-size
+chunks, keeping ``WINDOW`` requests in flight on one connection; each reply is received
+with ``recv_into`` straight into its arena slice (no Python ``bytes`` of the object).
+While a pull runs it is an ``Inflight``: local readers of the same key wait for it
+instead of pulling again, and peers told to relay from this worker are served each
+chunk as soon as it has arrived (pipelined relay, so the source sends few copies).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+from kilorl.store.errors import StaleCopy, StoreError
+from kilorl.store.l2 import _HEAD, _MAGIC, L2Store
+from kilorl.store.objects import Region
+
+if TYPE_CHECKING:
+    from kilorl.store.node import ClusterNode
+
+WINDOW = 4
+
+
+@dataclass(eq=False)
+class Inflight:
+    """A pull in progress: how many leading bytes have arrived, and whether it failed."""
+
+    ver: int
+    size: int
+    region: Region | None
+    view: memoryview
+    done: int = 0
+    failed: bool = False
+    finished: bool = False
+    cond: threading.Condition = field(default_factory=threading.Condition)
+
+    def advance(self, upto: int) -> None:
+        with self.cond:
+            self.done = upto
+            self.cond.notify_all()
+
+    def end(self, ok: bool) -> None:
+        with self.cond:
+            self.failed = not ok
+            self.finished = True
+            self.cond.notify_all()
+
+    def wait_for(self, upto: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while self.done < upto and not self.failed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.cond.wait(left)
+            return not self.failed
+
+
+def pull(node: "ClusterNode", key: str, ver: int, size: int, meta: dict[str, Any], source: str) -> None:
+    """Copies ``key`` at ``ver`` from ``source`` into this worker's store (as a replica)."""
+    store = node.w.store
+    data = store.stage(size)
+    view = store.view(data) if isinstance(data, Region) else memoryview(data)
+    infl = Inflight(ver, size, data if isinstance(data, Region) else None, view)
+    with node.lock:
+        if key in node.inflight:  # someone else started meanwhile: let them finish
+            if isinstance(data, Region):
+                store.release([data])
+            raise StaleCopy(f"{key!r} is already being fetched")
+        node.inflight[key] = infl
+    ok = False
+    try:
+        if size:
+            chunk = node.cfg.chunk_size
+            offsets = list(range(0, size, chunk))
+            with node.pool.conn(source) as c:
+                sent = 0
+                for i, off in enumerate(offsets):
+                    while sent < len(offsets) and sent < i + WINDOW:
+                        o = offsets[sent]
+                        c.send({"op": "c.fetch", "key": key, "ver": ver, "off": o, "len": min(chunk, size - o)})
+                        sent += 1
+                    end = min(off + chunk, size)
+                    c.recv(view[off:end])
+                    infl.advance(end)
+        node.keep_local(key, ver, meta, size, data)
+        ok = True
+    except BaseException:
+        if isinstance(data, Region):
+            store.release([data])
+        raise
+    finally:
+        infl.end(ok)
+        with node.lock:
+            if node.inflight.get(key) is infl:
+                del node.inflight[key]
+
+
+def serve_chunk(node: "ClusterNode", key: str, ver: int, off: int, length: int) -> tuple[list, Any]:
+    """(buffers, after) of one chunk: from a finished copy, or from a pull still in flight."""
+    store = node.w.store
+    # A relay may be asked before its own pull has started: give it a moment to begin.
+    deadline = time.monotonic() + 2.0
+    while True:
+        with node.lock:
+            infl = node.inflight.get(key)
+        if infl is not None or node.local_version(key) == ver or time.monotonic() > deadline:
+            break
+        time.sleep(0.005)
+    if infl is not None and infl.ver == ver:
+        if off + length > infl.size:
+            raise StaleCopy(f"chunk [{off}, {off + length}) is outside {key!r} ({infl.size} bytes)")
+        if not infl.wait_for(off + length, timeout=node.cfg.get_timeout):
+            raise StaleCopy(f"relay copy of {key!r} failed or stalled")
+        if infl.region is not None:
+            with store.lock:
+                infl.region.refs += 1
+            node.count_served(length)
+            return [infl.view[off:off + length]], (lambda: store.release([infl.region]))
+        node.count_served(length)
+        return [bytes(infl.view[off:off + length])], None
+    copy = node.local_copy(key)
+    if copy is None or copy.ver != ver:
+        raise StaleCopy(f"this worker holds no copy of {key!r} at version {ver}")
+    with store.lock:  # a copy in a file (disk tier, L2 only): read just this chunk's range
+        obj = store.objects.get(key)
+        src = None
+        if obj is not None and obj.gen == copy.gen and obj.tier in ("disk", None) and off + length <= obj.size:
+            src = (obj.disk_path, 0) if obj.tier == "disk" else (obj.l2_path, obj.l2_offset)
+    if src is not None and src[0]:
+        chunk = bytearray(length)
+        try:
+            L2Store.read_into(src[0], src[1] + off, memoryview(chunk))
+            node.count_served(length)
+            return [chunk], None
+        except OSError:
+            pass  # moved meanwhile (promoted, demoted, replaced): read it the general way
+    handle = store.acquire(key)
+    if store.generation(key) != copy.gen or handle.size < off + length:
+        if handle.region is not None:
+            store.release([handle.region])
+        raise StaleCopy(f"copy of {key!r} changed size")
+    node.count_served(length)
+    if handle.region is not None:
+        return [store.view(handle.region)[off:off + length]], (lambda: store.release([handle.region]))
+    src = handle.data if handle.data is not None else memoryview(store.device.to_host(handle.tensor)).cast("B")
+    return [src[off:off + length]], None
+
+
+def l2_exists(node: "ClusterNode", key: str) -> bool:
+    l2 = node.w.store.l2
+    return l2 is not None and l2.path_of(key).exists()
+
+
+def load_from_l2(node: "ClusterNode", key: str, ver: int) -> bool:
+    """Reads ``key`` from the shared L2 directory into this worker (any worker may: the
+    directory is shared and every file names its key). False if there is no such file."""
+    l2 = node.w.store.l2
+    if l2 is None:
+        return False
+    path = l2.path_of(key)
+    try:
+        with open(path, "rb", buffering=0) as f:
+            magic, hlen = _HEAD.unpack(f.read(_HEAD.size))
+            if magic != _MAGIC:
+                raise StoreError(f"L2 file of {key!r} is corrupt (bad magic)")
+            h = msgpack.unpackb(f.read(hlen), raw=False)
+            if h.get("key") != key:
+                return False
+            size = int(h["size"])
+            data = node.w.store.stage(size)
+            view = node.w.store.view(data) if isinstance(data, Region) else memoryview(data)
+            try:
+                if f.readinto(view) != size:
+                    raise StoreError(f"L2 file of {key!r} is short")
+            except BaseException:
+                if isinstance(data, Region):
+                    node.w.store.release([data])
+                raise
+    except FileNotFoundError:
+        return False
+    node.keep_local(key, ver, h["meta"], size, data)
+    return True
