@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kilorl.config import load_config, parse_override
+    from kilorl.config import load_config
     from kilorl.trainer import Cluster, Trainer
 
     overrides = list(args.override) + ([f"train.seed={args.seed}"] if args.seed is not None else [])
@@ -29,11 +29,7 @@ def run(args: argparse.Namespace) -> int:
             if args.config:
                 print("error: give either CONFIG or --resume RUN_DIR, not both", file=sys.stderr)
                 return 2
-            values = {}
-            for o in overrides:
-                path, value = parse_override(o)
-                values[".".join(path)] = value
-            trainer = Trainer.resume(args.resume, cluster, values)
+            trainer = Trainer.resume(args.resume, cluster, overrides)
         else:
             if not args.config:
                 print("error: CONFIG is required (or --resume RUN_DIR)", file=sys.stderr)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from kilorl.config import Config, config_from_dict, dump_config
+from kilorl.config import Config, apply_overrides, config_from_dict, dump_config
 from kilorl.envs import make_env
 from kilorl.trainer.checkpoint import load_checkpoint, save_checkpoint
 from kilorl.trainer.cluster import Cluster
@@ -56,15 +56,15 @@ class Trainer:
         self._resume_from: Path | None = None
 
     @classmethod
-    def resume(cls, run_dir: str | Path, cluster: Cluster | None = None, overrides: dict[str, Any] | None = None) -> "Trainer":
-        """Continue a run from its newest checkpoint (env steps, optimizer, RNG, normalizers)."""
+    def resume(cls, run_dir: str | Path, cluster: Cluster | None = None, overrides: list[str] | None = None) -> "Trainer":
+        """Continue a run from its newest checkpoint (env steps, optimizer, RNG, normalizers).
+
+        ``overrides`` are ``section.field=value`` strings, e.g. a larger ``train.total_env_steps``.
+        """
         import yaml
 
         run_dir = Path(run_dir)
-        data = yaml.safe_load((run_dir / "config.yaml").read_text())
-        for dotted, value in (overrides or {}).items():
-            section, field = dotted.split(".", 1)
-            data.setdefault(section, {})[field] = value
+        data = apply_overrides(yaml.safe_load((run_dir / "config.yaml").read_text()), overrides or [])
         trainer = cls(config_from_dict(data), run_dir, cluster)
         trainer._resume_from = run_dir
         return trainer

@@ -39,7 +39,7 @@ def test_resume_continues_from_the_saved_step(ray_local, tmp_path):
     saved = json.loads((latest_checkpoint(run) / "meta.json").read_text())
     assert saved["env_steps"] == 1024
     n_before = len(read_metrics(run))
-    result = Trainer.resume(run, overrides={"train.total_env_steps": 2048}).fit()
+    result = Trainer.resume(run, overrides=["train.total_env_steps=2048"]).fit()
     rows = read_metrics(run)
     new_rows = rows[n_before:]
     assert new_rows[0]["env_steps"] == 1024 + cfg.batch_size  # first new report continues the count
