@@ -16,7 +16,7 @@ from kilorl.config import Config, apply_overrides, config_from_dict, dump_config
 from kilorl.envs import make_env
 from kilorl.trainer.checkpoint import load_checkpoint, save_checkpoint
 from kilorl.trainer.cluster import Cluster
-from kilorl.trainer.metrics import MetricsWriter, read_metrics
+from kilorl.trainer.metrics import MetricsWriter
 
 
 @dataclass
@@ -197,6 +197,3 @@ class Trainer:
         ret_mean = float(np.mean(returns)) if returns else None
         return TrainResult(self.run_dir, env_steps, ret_mean, ckpt_path, wall_offset + time.time() - t_start, startup_s)
 
-
-def metrics_of(run_dir: Path) -> list[dict[str, Any]]:
-    return read_metrics(run_dir)
