@@ -138,9 +138,18 @@ class Trainer:
         ckpt_every = cfg.checkpoint.every_env_steps
         next_ckpt = (env_steps // ckpt_every + 1) * ckpt_every if ckpt_every else None
         stats: dict[str, float] = {}
-        ckpt_path = None
-        meta_now = {**meta, "env_steps": env_steps, "iteration": iteration, "version": iteration, "episodes": episodes,
-                    "wall_time": wall_offset, "recent_returns": list(returns), "config": cfg.model_dump(mode="json")}
+        config_json = cfg.model_dump(mode="json")
+        ckpt_path: Path | None = None
+        ckpt_steps = -1
+
+        def checkpoint() -> Path:
+            """Save the learner's state with the driver's counters (only when due: not per iteration)."""
+            meta_now = {
+                "env_steps": env_steps, "iteration": iteration, "version": iteration, "episodes": episodes,
+                "wall_time": wall_offset + time.time() - t_start, "recent_returns": list(returns), "config": config_json,
+            }
+            return save_checkpoint(self.run_dir, ray.get(learners[0].state.remote()), meta_now, cfg.checkpoint.keep)
+
         try:
             while pending:
                 batch_refs, info_refs = pending.popleft()
@@ -176,18 +185,13 @@ class Trainer:
                         row["episode_return_mean"] = ret_mean
                     metrics.report(row)
                     last_report_t, last_report_steps = now, env_steps
-                meta_now = {
-                    "env_steps": env_steps, "iteration": iteration, "version": iteration, "episodes": episodes,
-                    "wall_time": wall_offset + time.time() - t_start, "recent_returns": list(returns),
-                    "config": cfg.model_dump(mode="json"),
-                }
                 if next_ckpt is not None and env_steps >= next_ckpt:
-                    ckpt_path = save_checkpoint(self.run_dir, ray.get(learners[0].state.remote()), meta_now, cfg.checkpoint.keep)
+                    ckpt_path, ckpt_steps = checkpoint(), env_steps
                     next_ckpt += ckpt_every
                 if solved:
                     break
-            ckpt_path = save_checkpoint(self.run_dir, ray.get(learners[0].state.remote()), meta_now, cfg.checkpoint.keep) \
-                if ckpt_path is None or not ckpt_path.name.endswith(f"{env_steps:012d}") else ckpt_path
+            if ckpt_steps != env_steps:  # the final state, unless it was just saved
+                ckpt_path = checkpoint()
         finally:
             metrics.close()
             for handle in [*actors, *learners, *store.shards]:
