@@ -19,11 +19,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kilorl.cluster import Allocation, ClusterState, load_topology, place  # noqa: E402
-from kilorl.cluster.alibaba import read_nodes, read_pods  # noqa: E402
-from kilorl.cluster.policies import POLICIES  # noqa: E402
-from kilorl.cluster.simulate import simulate, simulate_jobs  # noqa: E402
-from kilorl.cluster.synthetic import rl_job_mix  # noqa: E402
+from kilorl.placement import Allocation, ClusterState, load_topology, place  # noqa: E402
+from kilorl.placement.alibaba import read_nodes, read_pods  # noqa: E402
+from kilorl.placement.policies import POLICIES  # noqa: E402
+from kilorl.placement.simulate import simulate, simulate_jobs  # noqa: E402
+from kilorl.placement.synthetic import rl_job_mix  # noqa: E402
 
 
 def trace_table(data: Path, trace: str, target_load: float) -> str:
@@ -105,7 +105,7 @@ def layout_tables(seeds: int, repeats: int) -> str:
     out = [
         "Reference layout (`examples/plan_1024.yaml`: 16 parameter servers, 32 learners x 1 GPU, 80 actors x 0.5 GPU) "
         "on `examples/clusters/1024xH100.yaml` (128 nodes x 8 H100, NVSwitch, 8 x 50 GB/s rails, 16 nodes per leaf). "
-        "Learner all-reduce: 400 MB of gradients (100M fp32 parameters), hierarchical estimate (docs/cluster.md).",
+        "Learner all-reduce: 400 MB of gradients (100M fp32 parameters), hierarchical estimate (docs/placement.md).",
         "",
         "Empty cluster:",
         "",

@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def requests_from_config(cfg: Any) -> list:
     """Gang requests of the three roles (kept here: the cluster layer knows no RL config)."""
-    from kilorl.cluster import Affinity, Demand, GangRequest
+    from kilorl.placement import Affinity, Demand, GangRequest
 
     par, res = cfg.parallelism, cfg.resources
 
@@ -72,8 +72,8 @@ def explain(placement: Any, requests: list) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kilorl.cluster import ClusterState, PlacementError, TopologyError, load_topology, place, uniform_topology
-    from kilorl.cluster.policies import POLICIES
+    from kilorl.placement import ClusterState, PlacementError, TopologyError, load_topology, place, uniform_topology
+    from kilorl.placement.policies import POLICIES
     from kilorl.config import ConfigError, load_config
 
     try:

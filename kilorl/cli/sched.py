@@ -48,11 +48,11 @@ def run(args: argparse.Namespace) -> int:
         print("usage: kilorl sched simulate (--nodes NODES.csv --trace PODS.csv | --cluster FILE --synthetic-jobs N)",
               file=sys.stderr)
         return 2
-    from kilorl.cluster.alibaba import TraceError, read_nodes, read_pods
-    from kilorl.cluster.policies import POLICIES
-    from kilorl.cluster.simulate import simulate, simulate_jobs
-    from kilorl.cluster.synthetic import rl_job_mix
-    from kilorl.cluster.topo_yaml import TopologyError, load_topology
+    from kilorl.placement.alibaba import TraceError, read_nodes, read_pods
+    from kilorl.placement.policies import POLICIES
+    from kilorl.placement.simulate import simulate, simulate_jobs
+    from kilorl.placement.synthetic import rl_job_mix
+    from kilorl.placement.topo_yaml import TopologyError, load_topology
 
     policies = list(POLICIES) if args.policy == "all" else [args.policy]
     try:

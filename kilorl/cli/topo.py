@@ -17,8 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kilorl.cluster.discovery import discover, render
-    from kilorl.cluster.nvml import NvmlUnavailable, PynvmlSource, RecordedSource, record
+    from kilorl.placement.discovery import discover, render
+    from kilorl.placement.nvml import NvmlUnavailable, PynvmlSource, RecordedSource, record
 
     source = None
     if args.nvml_recording:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kilorl.cluster import (Affinity, Allocation, ClusterState, Demand, GangRequest, PlacementError, place,
+from kilorl.placement import (Affinity, Allocation, ClusterState, Demand, GangRequest, PlacementError, place,
                             topology_from_dict, uniform_topology)
-from kilorl.cluster.allreduce import allreduce_estimate
-from kilorl.cluster.fragmentation import Workload, cluster_fragmentation
-from kilorl.cluster.policies import POLICIES
+from kilorl.placement.allreduce import allreduce_estimate
+from kilorl.placement.fragmentation import Workload, cluster_fragmentation
+from kilorl.placement.policies import POLICIES
 
 ALL = list(POLICIES)
 
@@ -125,7 +125,7 @@ def test_fractional_shares_pack_two_per_gpu(small):
 
 
 def test_gpu_model_constraint(repo):
-    from kilorl.cluster import load_topology
+    from kilorl.placement import load_topology
 
     state = ClusterState(load_topology(repo / "examples/clusters/heterogeneous.yaml"))
     req = GangRequest("inf", 10, Demand.of(1, 1, 1, gpu_models=frozenset({"L4"})))
@@ -137,7 +137,7 @@ def test_gpu_model_constraint(repo):
 
 
 def test_reference_layout_on_1024_gpus(repo):
-    from kilorl.cluster import load_topology
+    from kilorl.placement import load_topology
 
     state = ClusterState(load_topology(repo / "examples/clusters/1024xH100.yaml"))
     reqs = [

@@ -1,4 +1,4 @@
-"""Topology YAML: describe clusters that are not present (docs/cluster.md has the format).
+"""Topology YAML: describe clusters that are not present (docs/placement.md has the format).
 
 Validated by pydantic with unknown keys forbidden; every error names the field path
 (``node_types.dgx.gpus.islands``) and what was expected, then the file is rejected whole.
@@ -13,8 +13,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from kilorl.cluster.links import DEFAULT_LINKS, LinkClass, LinkSpec
-from kilorl.cluster.topology import Gpu, Nic, Node, Topology
+from kilorl.placement.links import DEFAULT_LINKS, LinkClass, LinkSpec
+from kilorl.placement.topology import Gpu, Nic, Node, Topology
 
 
 class TopologyError(ValueError):

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from kilorl.cli.main import main
-from kilorl.cluster import uniform_topology
-from kilorl.cluster.alibaba import TraceError, read_nodes, read_pods
-from kilorl.cluster.policies import POLICIES
-from kilorl.cluster.simulate import PodScheduler, simulate, simulate_jobs
-from kilorl.cluster.state import ClusterState
-from kilorl.cluster.fragmentation import Workload
-from kilorl.cluster.synthetic import rl_job_mix
+from kilorl.placement import uniform_topology
+from kilorl.placement.alibaba import TraceError, read_nodes, read_pods
+from kilorl.placement.policies import POLICIES
+from kilorl.placement.simulate import PodScheduler, simulate, simulate_jobs
+from kilorl.placement.state import ClusterState
+from kilorl.placement.fragmentation import Workload
+from kilorl.placement.synthetic import rl_job_mix
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from kilorl.cluster.links import DEFAULT_LINKS
-from kilorl.cluster.requests import Demand
-from kilorl.cluster.topology import Gpu, Node, Topology
+from kilorl.placement.links import DEFAULT_LINKS
+from kilorl.placement.requests import Demand
+from kilorl.placement.topology import Gpu, Node, Topology
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")

@@ -1,4 +1,4 @@
-"""kilorl.cluster stays below the RL side: no torch, no config/algos/roles/trainer imports."""
+"""kilorl.placement stays below the RL side: no torch, no config/algos/roles/trainer imports."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 
 def test_cluster_imports_no_rl_and_no_torch():
     code = (
-        "import sys, kilorl.cluster, kilorl.cluster.discovery, kilorl.cluster.simulate, kilorl.cluster.synthetic, "
-        "kilorl.cluster.ray_placement, kilorl.cluster.alibaba, kilorl.cluster.probe\n"
+        "import sys, kilorl.placement, kilorl.placement.discovery, kilorl.placement.simulate, kilorl.placement.synthetic, "
+        "kilorl.placement.ray_placement, kilorl.placement.alibaba, kilorl.placement.probe\n"
         "bad = [m for m in sys.modules if m == 'torch' or m.startswith(('torch.', 'kilorl.config', 'kilorl.algos', "
         "'kilorl.roles', 'kilorl.trainer', 'ray'))]\n"
         "print(','.join(bad))"

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kilorl.cluster.requests import Demand
-from kilorl.cluster.topology import Topology
+from kilorl.placement.requests import Demand
+from kilorl.placement.topology import Topology
 
 ABSENT = -1
 

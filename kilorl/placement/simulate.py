@@ -18,12 +18,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from kilorl.cluster.alibaba import TracePod
-from kilorl.cluster.fragmentation import Workload
-from kilorl.cluster.policies import GPU_CHOICE, FragCache, check_policy, choose_node
-from kilorl.cluster.requests import GangRequest
-from kilorl.cluster.state import Allocation, ClusterState
-from kilorl.cluster.topology import Topology
+from kilorl.placement.alibaba import TracePod
+from kilorl.placement.fragmentation import Workload
+from kilorl.placement.policies import GPU_CHOICE, FragCache, check_policy, choose_node
+from kilorl.placement.requests import GangRequest
+from kilorl.placement.state import Allocation, ClusterState
+from kilorl.placement.topology import Topology
 
 CHECKPOINT_STEP = 0.05
 """``fill`` records a sample every time another 5% of the GPU capacity has arrived."""
@@ -189,7 +189,7 @@ class TraceJob:
 
 def simulate_jobs(topology: Topology, jobs: Sequence[TraceJob], policy: str, *, gradient_bytes: float = 4e8) -> SimResult:
     """Replay gang jobs (arrive, hold their resources, leave) with ``scheduler.place``."""
-    from kilorl.cluster.scheduler import PlacementError, place
+    from kilorl.placement.scheduler import PlacementError, place
 
     check_policy(policy)
     state = ClusterState(topology)
@@ -223,7 +223,7 @@ def simulate_jobs(topology: Topology, jobs: Sequence[TraceJob], policy: str, *, 
         if k % step == 0 or k == len(events) - 1:
             res.timeline.append({"time": t, "allocation_rate": state.allocation_rate, "failed": res.failed})
     res.final_allocation_rate = state.allocation_rate
-    from kilorl.cluster.fragmentation import cluster_fragmentation
+    from kilorl.placement.fragmentation import cluster_fragmentation
 
     res.final_fragmentation_gpus = cluster_fragmentation(state, wl)
     res.extra = {"mean_allreduce_ms": round(float(np.mean(ar_costs)) * 1e3, 3) if ar_costs else None,

@@ -3,7 +3,7 @@
 ``PynvmlSource`` calls ``nvidia-ml-py`` (module ``pynvml``); ``record(source)`` asks a source
 every question discovery asks and returns the answers as JSON-able data;
 ``RecordedSource`` replays such a recording. ``kilorl topo --record-nvml FILE`` captures one
-on a GPU machine, and the tests replay captures in ``tests/cluster/fixtures``.
+on a GPU machine, and the tests replay captures in ``tests/placement/fixtures``.
 """
 
 from __future__ import annotations

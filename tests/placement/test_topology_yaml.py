@@ -7,7 +7,7 @@ import copy
 import pytest
 import yaml
 
-from kilorl.cluster import LinkClass, TopologyError, load_topology, topology_from_dict, uniform_topology
+from kilorl.placement import LinkClass, TopologyError, load_topology, topology_from_dict, uniform_topology
 
 
 def test_shipped_1024_h100_example(repo):

@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kilorl.cluster.links import NVML_LEVEL_TO_CLASS, LinkClass
-from kilorl.cluster.nvml import NvmlSource, NvmlUnavailable, PynvmlSource
-from kilorl.cluster.topology import Gpu, Nic, Node
+from kilorl.placement.links import NVML_LEVEL_TO_CLASS, LinkClass
+from kilorl.placement.nvml import NvmlSource, NvmlUnavailable, PynvmlSource
+from kilorl.placement.topology import Gpu, Nic, Node
 
 
 @dataclass
@@ -194,7 +194,7 @@ def discover(
         rdma=read_rdma(root / "class/infiniband"),
     )
     if probe:
-        from kilorl.cluster.probe import gpu_copy_gbps, host_memcpy_gbps
+        from kilorl.placement.probe import gpu_copy_gbps, host_memcpy_gbps
 
         host.probes["host_memcpy"] = host_memcpy_gbps()
         host.probes["gpu_copy"] = gpu_copy_gbps() if gpus else {"status": "skipped: no GPU found"}

@@ -18,11 +18,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from kilorl.cluster.allreduce import AllReduceEstimate, allreduce_estimate
-from kilorl.cluster.fragmentation import Workload, cluster_fragmentation
-from kilorl.cluster.policies import GPU_CHOICE, FragCache, check_policy, choose_node
-from kilorl.cluster.requests import GangRequest
-from kilorl.cluster.state import Allocation, ClusterState
+from kilorl.placement.allreduce import AllReduceEstimate, allreduce_estimate
+from kilorl.placement.fragmentation import Workload, cluster_fragmentation
+from kilorl.placement.policies import GPU_CHOICE, FragCache, check_policy, choose_node
+from kilorl.placement.requests import GangRequest
+from kilorl.placement.state import Allocation, ClusterState
 
 
 class PlacementError(RuntimeError):

@@ -21,8 +21,8 @@ from typing import Iterable
 
 import numpy as np
 
-from kilorl.cluster.requests import Demand
-from kilorl.cluster.state import ClusterState
+from kilorl.placement.requests import Demand
+from kilorl.placement.state import ClusterState
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kilorl.cluster.requests import Affinity, Demand, GangRequest
-from kilorl.cluster.simulate import TraceJob
+from kilorl.placement.requests import Affinity, Demand, GangRequest
+from kilorl.placement.simulate import TraceJob
 
 
 def rl_job_mix(

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kilorl.cluster.fragmentation import Workload, node_fragmentation
-from kilorl.cluster.requests import Demand
-from kilorl.cluster.state import ClusterState
+from kilorl.placement.fragmentation import Workload, node_fragmentation
+from kilorl.placement.requests import Demand
+from kilorl.placement.state import ClusterState
 
 POLICIES: tuple[str, ...] = ("binpack-topo", "first-fit", "spread", "pack")
 GPU_CHOICE = {"binpack-topo": "best", "first-fit": "first", "spread": "worst", "pack": "best"}

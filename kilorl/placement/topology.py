@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from kilorl.cluster.links import DEFAULT_LINKS, LinkClass, LinkSpec
+from kilorl.placement.links import DEFAULT_LINKS, LinkClass, LinkSpec
 
 
 @dataclass(frozen=True)

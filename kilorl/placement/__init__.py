@@ -3,12 +3,12 @@
 Knows nothing of RL (DESIGN.md §3) and never imports torch.
 """
 
-from kilorl.cluster.links import DEFAULT_LINKS, LinkClass, LinkSpec
-from kilorl.cluster.requests import Affinity, Demand, GangRequest
-from kilorl.cluster.scheduler import Placement, PlacementError, place
-from kilorl.cluster.state import Allocation, ClusterState
-from kilorl.cluster.topo_yaml import TopologyError, load_topology, topology_from_dict, uniform_topology
-from kilorl.cluster.topology import Gpu, Nic, Node, Topology
+from kilorl.placement.links import DEFAULT_LINKS, LinkClass, LinkSpec
+from kilorl.placement.requests import Affinity, Demand, GangRequest
+from kilorl.placement.scheduler import Placement, PlacementError, place
+from kilorl.placement.state import Allocation, ClusterState
+from kilorl.placement.topo_yaml import TopologyError, load_topology, topology_from_dict, uniform_topology
+from kilorl.placement.topology import Gpu, Nic, Node, Topology
 
 __all__ = [
     "Affinity", "Allocation", "ClusterState", "DEFAULT_LINKS", "Demand", "GangRequest", "Gpu", "LinkClass",

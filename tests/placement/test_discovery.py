@@ -9,9 +9,9 @@ import psutil
 import pytest
 
 from kilorl.cli.main import main
-from kilorl.cluster.discovery import discover, read_gpus, read_numa, read_rdma, render
-from kilorl.cluster.nvml import NvmlUnavailable, PynvmlSource, RecordedSource, record
-from kilorl.cluster.probe import gpu_copy_gbps, host_memcpy_gbps
+from kilorl.placement.discovery import discover, read_gpus, read_numa, read_rdma, render
+from kilorl.placement.nvml import NvmlUnavailable, PynvmlSource, RecordedSource, record
+from kilorl.placement.probe import gpu_copy_gbps, host_memcpy_gbps
 
 
 def test_dgx_h100_recording_is_one_nvswitch_island(recording):
@@ -131,7 +131,7 @@ def test_pynvml_source_uses_only_names_the_library_has():
 
     import pynvml
 
-    from kilorl.cluster import nvml
+    from kilorl.placement import nvml
 
     used = set(re.findall(r"(?:nv|_nv)\.(nvml\w+|NVML\w+)", inspect.getsource(nvml.PynvmlSource)))
     used |= set(re.findall(r"pynvml\.(nvml\w+|NVML\w+)", inspect.getsource(nvml.PynvmlSource)))

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from kilorl.cluster.links import LinkClass
-from kilorl.cluster.topology import Topology
+from kilorl.placement.links import LinkClass
+from kilorl.placement.topology import Topology
 
 
 @dataclass(frozen=True)

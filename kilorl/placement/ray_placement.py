@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kilorl.cluster.scheduler import Placement
-from kilorl.cluster.topology import Topology
+from kilorl.placement.scheduler import Placement
+from kilorl.placement.topology import Topology
 
 NODE_RESOURCE_PREFIX = "kilorl_node_"
 NODE_RESOURCE_AMOUNT = 1000.0
