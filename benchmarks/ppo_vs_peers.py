@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -445,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.budget_s is not None and args.budget_s <= 0:
         print("error: --budget-s must be positive", file=sys.stderr)
         return 2
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     work = args.work_dir or REPO / "runs" / "ppo_vs_peers" / started.strftime("%Y%m%d-%H%M%S")
     report: dict[str, Any] = {"started_utc": started.isoformat(timespec="seconds"), "command": sys.argv,
                               "cpu_count": os.cpu_count(), "window": WINDOW, "envs": {}}
@@ -462,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
         for i, seed in enumerate(args.seeds):
             order = ("kiloRL", "SB3") if i % 2 == 0 else ("SB3", "kiloRL")
             for fw in (f for f in order if f in args.frameworks):
-                print(f"[{datetime.now(timezone.utc):%H:%M:%S}] {env.gym_id} {fw} seed {seed} ...", file=sys.stderr, flush=True)
+                print(f"[{datetime.now(UTC):%H:%M:%S}] {env.gym_id} {fw} seed {seed} ...", file=sys.stderr, flush=True)
                 if fw == "kiloRL":
                     r = run_kilorl(env, config, seed, budget, work, args.kilorl_override)
                 else:

@@ -76,7 +76,6 @@ def run(env_id: str, seed: int, threshold: float, window: int, deadline: float) 
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
-
     from zoo_hyperparams import ZOO_PPO, resolve_schedules
 
     entry = ZOO_PPO[env_id]

@@ -41,8 +41,9 @@ with ``total_timesteps = n_timesteps``, which is what the benchmark does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 ZOO_COMMIT = "208b6fdf3a9aa24de44b2e068c6e5f6a07d97fcc"
 ZOO_SOURCE = f"https://github.com/DLR-RM/rl-baselines3-zoo/blob/{ZOO_COMMIT}/hyperparams/ppo.yml"

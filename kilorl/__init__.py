@@ -1,7 +1,7 @@
 """kiloRL: distributed reinforcement learning with a built-in tiered data system.
 
 The top-level names are imported lazily so that `import kilorl.store` or
-`import kilorl.placement` does not pull in torch, Ray or the RL code (DESIGN.md §3).
+`import kilorl.placement` does not pull in torch, Ray or the RL code (docs/architecture.md, "Layers").
 """
 
 from __future__ import annotations

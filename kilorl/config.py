@@ -86,7 +86,7 @@ class ModelConfig(_Section):
     """Orthogonal initialization (gain sqrt(2) hidden, 0.01 policy head, 1 value head)."""
 
     @model_validator(mode="after")
-    def _positive_widths(self) -> "ModelConfig":
+    def _positive_widths(self) -> ModelConfig:
         if not self.hidden_sizes or any(h <= 0 for h in self.hidden_sizes):
             raise ValueError("hidden_sizes must be a non-empty list of positive integers")
         return self
@@ -179,7 +179,7 @@ class Config(_Section):
     """Metrics and progress reporting."""
 
     @model_validator(mode="after")
-    def _minibatches_fit(self) -> "Config":
+    def _minibatches_fit(self) -> Config:
         batch = self.parallelism.actor * self.parallelism.envs_per_actor * self.algo.rollout_length
         if batch % self.algo.num_minibatches:
             raise ValueError(

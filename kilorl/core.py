@@ -2,13 +2,14 @@
 
 An Actor produces experience with a policy copy; a Learner turns experience into new
 parameters; a VariableSource hands out the newest parameters; a ParameterStore is the
-versioned variable source shared by all roles (DESIGN.md §6).
+versioned variable source shared by all roles (docs/architecture.md, "Contracts").
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

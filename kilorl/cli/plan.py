@@ -72,9 +72,9 @@ def explain(placement: Any, requests: list) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kilorl.config import ConfigError, load_config
     from kilorl.placement import ClusterState, PlacementError, TopologyError, load_topology, place, uniform_topology
     from kilorl.placement.policies import POLICIES
-    from kilorl.config import ConfigError, load_config
 
     try:
         cfg = load_config(args.config, args.override, check_env=False)

@@ -92,9 +92,8 @@ def _config(args: argparse.Namespace):
 def _cluster_config(args: argparse.Namespace):
     if not (args.head or args.join or args.metastore):
         return None
-    from kilorl.store.node import ClusterConfig
-
     from kilorl.store.errors import ConfigError
+    from kilorl.store.node import ClusterConfig
 
     name = args.cluster_name or "default"
     if not name.replace("-", "").replace("_", "").isalnum():

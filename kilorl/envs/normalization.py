@@ -21,7 +21,7 @@ class Moments:
     count: float
 
     @classmethod
-    def of(cls, x: np.ndarray, feature_shape: tuple[int, ...] = ()) -> "Moments":
+    def of(cls, x: np.ndarray, feature_shape: tuple[int, ...] = ()) -> Moments:
         """Moments over every leading axis of ``x``, keeping ``feature_shape``."""
         flat = np.asarray(x, np.float64).reshape(-1, *feature_shape)
         return cls(flat.mean(0), flat.var(0), float(flat.shape[0]))

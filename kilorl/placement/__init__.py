@@ -1,6 +1,6 @@
 """Hardware knowledge and placement: topology model, discovery, scheduler, Ray placement.
 
-Knows nothing of RL (DESIGN.md §3) and never imports torch.
+Knows nothing of RL (docs/architecture.md, "Layers") and never imports torch.
 """
 
 from kilorl.placement.links import DEFAULT_LINKS, LinkClass, LinkSpec

@@ -15,8 +15,8 @@ full network term; 4 full NVLink nodes pay 1/8 of it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from kilorl.placement.links import LinkClass
 from kilorl.placement.topology import Topology

@@ -16,8 +16,8 @@ The cluster's fragmentation is the sum over nodes. ``binpack-topo`` places a tas
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import numpy as np
 
@@ -38,7 +38,7 @@ class Workload:
     prob: np.ndarray
 
     @classmethod
-    def of(cls, demands: Iterable[Demand], model_names: list[str], max_types: int | None = None) -> "Workload":
+    def of(cls, demands: Iterable[Demand], model_names: list[str], max_types: int | None = None) -> Workload:
         """Popularity-weighted types; all of them, or the ``max_types`` most common (renormalized)."""
         counts = Counter(demands)
         if not counts:

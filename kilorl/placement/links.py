@@ -36,7 +36,7 @@ class LinkClass(enum.IntEnum):
         return "NV" if self is LinkClass.NVLINK else self.name
 
     @classmethod
-    def parse(cls, text: str) -> "LinkClass":
+    def parse(cls, text: str) -> LinkClass:
         key = text.strip().upper()
         if key in ("NV", "NVL", "NVLINK"):
             return cls.NVLINK

@@ -40,7 +40,7 @@ class Demand:
         return self.num_gpus * self.gpu_milli
 
     @classmethod
-    def of(cls, gpus: float, cpus: float, memory_gb: float, gpu_models: frozenset[str] | None = None) -> "Demand":
+    def of(cls, gpus: float, cpus: float, memory_gb: float, gpu_models: frozenset[str] | None = None) -> Demand:
         """From user units: ``gpus`` may be a fraction below 1 or a whole number."""
         if gpus < 0:
             raise ValueError(f"gpus must be >= 0 (got {gpus})")

@@ -13,8 +13,9 @@ whole. Then it places instance by instance with the fragmentation gradient.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

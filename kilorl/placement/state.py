@@ -58,7 +58,7 @@ class ClusterState:
         self.domain = np.array([domains[nd.failure_domain] for nd in topology.nodes], dtype=np.int32)
         self.gpu_capacity_milli = int((self.gpu_free > 0).sum()) * 1000
 
-    def copy(self) -> "ClusterState":
+    def copy(self) -> ClusterState:
         new = object.__new__(ClusterState)
         new.__dict__.update(self.__dict__)
         for name in ("gpu_free", "cpu_free", "mem_free"):

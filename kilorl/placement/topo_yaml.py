@@ -47,7 +47,7 @@ class GpuSpecModel(_Spec):
     """GPU indices per PCIe switch (default: one switch per GPU)."""
 
     @model_validator(mode="after")
-    def _partitions(self) -> "GpuSpecModel":
+    def _partitions(self) -> GpuSpecModel:
         for name in ("islands", "numa", "pcie_switches"):
             groups = getattr(self, name)
             if groups is None or isinstance(groups, str):
@@ -91,7 +91,7 @@ class NodeTypeModel(_Spec):
     """Network interfaces for inter-node traffic."""
 
     @model_validator(mode="after")
-    def _numa_range(self) -> "NodeTypeModel":
+    def _numa_range(self) -> NodeTypeModel:
         if self.gpus and self.gpus.numa and len(self.gpus.numa) > self.numa_domains:
             raise ValueError(f"gpus.numa lists {len(self.gpus.numa)} domains but numa_domains is {self.numa_domains}")
         for i, nic in enumerate(self.nics):
@@ -146,7 +146,7 @@ class TopologyModel(_Spec):
     """Individually listed nodes (after the groups)."""
 
     @model_validator(mode="after")
-    def _references(self) -> "TopologyModel":
+    def _references(self) -> TopologyModel:
         for key in self.links:
             try:
                 LinkClass.parse(key)

@@ -1,7 +1,7 @@
 """ParameterStore implementations: in-process, and sharded over Ray actors.
 
 The data-system issues provide a store-backed implementation; these two keep the
-contract (DESIGN.md §6) with the least machinery: versions are monotonic, a fetch
+contract (docs/architecture.md, "Contracts") with the least machinery: versions are monotonic, a fetch
 returns one complete version, ``wait`` blocks without polling.
 """
 
@@ -115,7 +115,7 @@ class ParameterShard:
             ok = lambda: (v := self._versions.latest(name)) is not None and v >= min_version  # noqa: E731
             try:
                 await asyncio.wait_for(cond.wait_for(ok), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise TimeoutError(f"{name}: no version >= {min_version} within {timeout}s") from None
             return self._versions.latest(name)  # type: ignore[return-value]
 
@@ -140,7 +140,7 @@ class RayParameterStore(ParameterStore):
         self.shards = shards
 
     @classmethod
-    def create(cls, num_shards: int, keep: int = 4, name_prefix: str | None = None) -> "RayParameterStore":
+    def create(cls, num_shards: int, keep: int = 4, name_prefix: str | None = None) -> RayParameterStore:
         import ray
 
         remote = ray.remote(num_cpus=0, max_concurrency=64)(ParameterShard)

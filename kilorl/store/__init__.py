@@ -8,8 +8,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from kilorl.store.errors import (AuthError, ConfigError, ConnectionLost, InvalidRequest, KeyNotFound, ObjectLost,
-                                 ProtocolError, StoreError, StoreFullError, StoreTimeout, VersionGone, WorkerLeaving)
+from kilorl.store.errors import (
+    AuthError,
+    ConfigError,
+    ConnectionLost,
+    InvalidRequest,
+    KeyNotFound,
+    ObjectLost,
+    ProtocolError,
+    StoreError,
+    StoreFullError,
+    StoreTimeout,
+    VersionGone,
+    WorkerLeaving,
+)
 
 _LAZY = {
     "StoreClient": ("kilorl.store.client", "StoreClient"),

@@ -83,7 +83,7 @@ class Arena:
         self.owner = owner
 
     @classmethod
-    def create(cls, size: int, prefault: bool = True) -> "Arena":
+    def create(cls, size: int, prefault: bool = True) -> Arena:
         _remove_stale_arenas()
         path = SHM_DIR / f"{_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
@@ -99,7 +99,7 @@ class Arena:
         return cls(path, size, mm, owner=True)
 
     @classmethod
-    def attach(cls, path: str, size: int) -> "Arena":
+    def attach(cls, path: str, size: int) -> Arena:
         fd = os.open(path, os.O_RDWR)
         try:
             flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)

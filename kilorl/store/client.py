@@ -17,16 +17,23 @@ import socket
 import threading
 import time
 import weakref
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from kilorl.store import serialization
 from kilorl.store.arena import Arena
 from kilorl.store.config import default_run_dir
-from kilorl.store.errors import (ConnectionLost, InvalidRequest, ProtocolError, StoreError, WorkerLeaving,
-                                 error_from_code)
+from kilorl.store.errors import (
+    ConnectionLost,
+    InvalidRequest,
+    ProtocolError,
+    StoreError,
+    WorkerLeaving,
+    error_from_code,
+)
 from kilorl.store.protocol import FramedSocket, host_identity, is_loopback, parse_address
 
 
@@ -316,10 +323,10 @@ class StoreClient:
         return self._call({"op": "wait_version", "name": name, "min_version": min_version, "timeout": timeout})[0]["version"]
 
     # -- streams -------------------------------------------------------------------------
-    def producer(self, stream: str, capacity: int | None = None) -> "Producer":
+    def producer(self, stream: str, capacity: int | None = None) -> Producer:
         return Producer(self, stream, capacity)
 
-    def consumer(self, stream: str, group: str) -> "Consumer":
+    def consumer(self, stream: str, group: str) -> Consumer:
         return Consumer(self, stream, group)
 
     def close(self) -> None:
@@ -327,7 +334,7 @@ class StoreClient:
         if self.arena is not None:
             self.arena.close()
 
-    def __enter__(self) -> "StoreClient":
+    def __enter__(self) -> StoreClient:
         return self
 
     def __exit__(self, *exc: Any) -> None:

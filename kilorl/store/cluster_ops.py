@@ -9,7 +9,8 @@ they act on the whole cluster. Records travel as msgpack payloads (never pickle)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from kilorl.store.errors import KeyNotFound, ObjectLost, StoreError, WorkerLeaving
 from kilorl.store.handlers import Reply, arg
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 OpFn = Callable[["ClusterNode", dict[str, Any], Any], dict[str, Any]]
 
 
-def _replicate(node: "ClusterNode", key: str, rec: dict[str, Any] | None) -> None:
+def _replicate(node: ClusterNode, key: str, rec: dict[str, Any] | None) -> None:
     """Pushes the owner's record to the other preference-list member (authoritative)."""
     if rec is None:
         return
@@ -36,7 +37,7 @@ def _replicate(node: "ClusterNode", key: str, rec: dict[str, Any] | None) -> Non
                 pass  # the next ring change re-sends records whose holders changed
 
 
-def meta_put(node: "ClusterNode", h: dict[str, Any], _payload: Any) -> dict[str, Any]:
+def meta_put(node: ClusterNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
     key = arg(h, "key", str)
     if node.leaving.is_set():
         raise WorkerLeaving(f"worker {node.id} is leaving; its records go to the next owner")
@@ -75,7 +76,7 @@ def meta_put(node: "ClusterNode", h: dict[str, Any], _payload: Any) -> dict[str,
     return {"ver": rec.ver, "prev_l2": prev_l2}
 
 
-def meta_copy(node: "ClusterNode", h: dict[str, Any], payload: Any) -> dict[str, Any]:
+def meta_copy(node: ClusterNode, h: dict[str, Any], payload: Any) -> dict[str, Any]:
     if node.leaving.is_set():
         raise WorkerLeaving(f"worker {node.id} is leaving; send records to the next owner")
     records = unpack_records(payload)
@@ -87,7 +88,7 @@ def meta_copy(node: "ClusterNode", h: dict[str, Any], payload: Any) -> dict[str,
     return {"n": len(records)}
 
 
-def meta_del(node: "ClusterNode", h: dict[str, Any], _payload: Any) -> dict[str, Any]:
+def meta_del(node: ClusterNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
     key = arg(h, "key", str)
     with node.lock:
         rec = node.records.pop(key, None)
@@ -111,7 +112,7 @@ def meta_del(node: "ClusterNode", h: dict[str, Any], _payload: Any) -> dict[str,
     return {"found": not rec.lost, "prev_l2": rec.durable}
 
 
-def locate(node: "ClusterNode", h: dict[str, Any], _payload: Any) -> dict[str, Any]:
+def locate(node: ClusterNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
     key, requester = arg(h, "key", str), arg(h, "requester", str, "")
     live = node.membership.view.members
     with node.lock:
@@ -125,7 +126,7 @@ def locate(node: "ClusterNode", h: dict[str, Any], _payload: Any) -> dict[str, A
         return {"rec": rec.to_wire(), "source": source}
 
 
-def has(node: "ClusterNode", h: dict[str, Any], _payload: Any) -> dict[str, Any]:
+def has(node: ClusterNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
     key = arg(h, "key", str)
     ver = node.local_version(key)
     with node.w.store.lock:
@@ -136,12 +137,12 @@ def has(node: "ClusterNode", h: dict[str, Any], _payload: Any) -> dict[str, Any]
     return {"rec": rec.to_wire()}
 
 
-def invalidate(node: "ClusterNode", h: dict[str, Any], _payload: Any) -> dict[str, Any]:
+def invalidate(node: ClusterNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
     node.invalidate(arg(h, "key", str), arg(h, "ver", int))
     return {}
 
 
-def info(node: "ClusterNode", h: dict[str, Any], _payload: Any) -> dict[str, Any]:
+def info(node: ClusterNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
     out = node.info()
     s = node.w.store.stats()
     out["usage"] = {"objects": s["objects"], "dram_used": s["tiers"]["dram"]["used"],
@@ -153,13 +154,13 @@ LOCAL_OPS: dict[str, OpFn] = {"c.meta_put": meta_put, "c.meta_copy": meta_copy, 
                               "c.locate": locate, "c.has": has, "c.invalidate": invalidate, "c.info": info}
 
 
-def local_call(node: "ClusterNode", header: dict[str, Any], payload: Any = None) -> dict[str, Any]:
+def local_call(node: ClusterNode, header: dict[str, Any], payload: Any = None) -> dict[str, Any]:
     """Runs a ``c.*`` op on this worker without a socket (the key's owner is ourselves)."""
     return LOCAL_OPS[header["op"]](node, header, payload)
 
 
 # -- handlers ------------------------------------------------------------------------------
-def install(worker: "Worker", node: "ClusterNode") -> None:
+def install(worker: Worker, node: ClusterNode) -> None:
     for name, fn in LOCAL_OPS.items():
         worker.register(name, _plain(node, fn))
     worker.register("c.fetch", lambda w, conn, h: _fetch(node, h))
@@ -174,14 +175,14 @@ def install(worker: "Worker", node: "ClusterNode") -> None:
     worker.register("stats", _stats(node, orig["stats"]))
 
 
-def _plain(node: "ClusterNode", fn: OpFn):
-    def handler(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def _plain(node: ClusterNode, fn: OpFn):
+    def handler(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
         payload = conn.fs.read_payload() if conn.fs.pending_payload else None
         return Reply(fn(node, h, payload))
     return handler
 
 
-def _fetch(node: "ClusterNode", h: dict[str, Any]) -> Reply:
+def _fetch(node: ClusterNode, h: dict[str, Any]) -> Reply:
     from kilorl.store import transfer
 
     key, ver = arg(h, "key", str), arg(h, "ver", int)
@@ -192,7 +193,7 @@ def _fetch(node: "ClusterNode", h: dict[str, Any]) -> Reply:
     return Reply({}, buffers, after)
 
 
-def _push(node: "ClusterNode", conn: "Connection", h: dict[str, Any]) -> Reply:
+def _push(node: ClusterNode, conn: Connection, h: dict[str, Any]) -> Reply:
     key, ver, meta, mode = arg(h, "key", str), arg(h, "ver", int), arg(h, "meta", dict), arg(h, "mode", str)
     size = conn.fs.pending_payload
     store = node.w.store
@@ -222,8 +223,8 @@ def _user_key(h: dict[str, Any]) -> str | None:
     return None
 
 
-def _write(node: "ClusterNode", orig):
-    def handler(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def _write(node: ClusterNode, orig):
+    def handler(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
         key = _user_key(h)
         if key is None:  # versioned objects (publish) stay on the worker they were published to
             return orig(w, conn, h)
@@ -237,8 +238,8 @@ def _write(node: "ClusterNode", orig):
     return handler
 
 
-def _get(node: "ClusterNode", orig):
-    def handler(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def _get(node: ClusterNode, orig):
+    def handler(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
         key = _user_key(h)
         if key is None:
             return orig(w, conn, h)
@@ -253,8 +254,8 @@ def _get(node: "ClusterNode", orig):
     return handler
 
 
-def _mget(node: "ClusterNode", orig):
-    def handler(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def _mget(node: ClusterNode, orig):
+    def handler(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
         for key in arg(h, "keys", list):
             if isinstance(key, str) and key and not key.startswith("\x00"):
                 try:
@@ -265,8 +266,8 @@ def _mget(node: "ClusterNode", orig):
     return handler
 
 
-def _delete(node: "ClusterNode", orig):
-    def handler(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def _delete(node: ClusterNode, orig):
+    def handler(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
         keys = [k for k in arg(h, "keys", list) if isinstance(k, str) and k and not k.startswith("\x00")]
         present = set(k for k, ok in zip(keys, w.store.exists(keys)) if ok)
         orig(w, conn, h)
@@ -280,8 +281,8 @@ def _delete(node: "ClusterNode", orig):
     return handler
 
 
-def _exists(node: "ClusterNode"):
-    def handler(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def _exists(node: ClusterNode):
+    def handler(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
         keys = [k for k in arg(h, "keys", list) if isinstance(k, str)]
         found = []
         for key, local in zip(keys, w.store.exists(keys)):
@@ -293,8 +294,8 @@ def _exists(node: "ClusterNode"):
     return handler
 
 
-def _stats(node: "ClusterNode", orig):
-    def handler(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def _stats(node: ClusterNode, orig):
+    def handler(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
         reply = orig(w, conn, h)
         reply.header["cluster"] = node.info()
         return reply

@@ -13,8 +13,8 @@ import json
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from kilorl.store.metastore.base import KeyValue, Metastore
 from kilorl.store.ring import DEFAULT_VNODES, HashRing, RangeMove, diff, validate_member_id
@@ -88,7 +88,7 @@ class MemberInfo:
         return json.dumps({"id": self.id, "address": self.address, "weight": self.weight}).encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "MemberInfo":
+    def from_bytes(cls, data: bytes) -> MemberInfo:
         raw = json.loads(data)
         return cls(raw["id"], raw["address"], float(raw.get("weight", 1.0)))
 
@@ -105,7 +105,7 @@ class RingState:
         return json.dumps({"epoch": self.epoch, **self.ring.to_dict()}, sort_keys=True).encode()
 
     @classmethod
-    def from_kv(cls, kv: KeyValue | None, vnodes: int = DEFAULT_VNODES) -> "RingState":
+    def from_kv(cls, kv: KeyValue | None, vnodes: int = DEFAULT_VNODES) -> RingState:
         if kv is None:
             return cls(0, HashRing((), vnodes), 0)
         try:

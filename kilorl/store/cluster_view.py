@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from kilorl.store.cluster_state import (
     MalformedRing,
@@ -42,7 +42,7 @@ class ClusterView:
         self.error: Exception | None = None
         self.resyncs = 0  # times the watch was re-established after an outage
 
-    def start(self) -> "ClusterView":
+    def start(self) -> ClusterView:
         self._resync(initial=True)
         self._thread = threading.Thread(target=self._run, name="cluster-view", daemon=True)
         self._thread.start()

@@ -94,7 +94,7 @@ class WorkerConfig:
     tier_rules: list[tuple[str, str]] = field(default_factory=list)
     """(key prefix, tier) preferences, first match wins, e.g. ``('policy/', 'device')``."""
 
-    def resolve(self) -> "ResolvedConfig":
+    def resolve(self) -> ResolvedConfig:
         import psutil
 
         if self.insecure and not _is_loopback(self.host):

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from kilorl.store.client import StoreClient
 from kilorl.store.client import WriteMode as _NativeMode
@@ -142,7 +143,7 @@ class DsClient:
         self._token = token or None
         self._client: StoreClient | None = None
 
-    def init(self) -> "DsClient":
+    def init(self) -> DsClient:
         self._client = StoreClient(f"{self._host}:{self._port}", token=self._token, connect_timeout=self._timeout)
         return self
 

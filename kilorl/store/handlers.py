@@ -8,8 +8,9 @@ The table is plain data so a multi-node layer can add ops with ``Worker.register
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from kilorl.store.errors import InvalidRequest, KeyNotFound
 from kilorl.store.objects import ReadHandle, Region
@@ -71,7 +72,7 @@ def _ttl(header: dict[str, Any]) -> float | None:
     return ttl
 
 
-def _write_fields(w: "Worker", header: dict[str, Any]) -> dict[str, Any]:
+def _write_fields(w: Worker, header: dict[str, Any]) -> dict[str, Any]:
     mode_name = arg(header, "mode", str, "none")
     if mode_name not in WRITE_MODES:
         raise InvalidRequest(f"mode: must be one of {sorted(WRITE_MODES)}, got {mode_name!r}")
@@ -91,7 +92,7 @@ def _write_fields(w: "Worker", header: dict[str, Any]) -> dict[str, Any]:
             "ver": ver}
 
 
-def _finish_put(w: "Worker", key: str, size: int, data: Region | bytearray, f: dict[str, Any]) -> Reply:
+def _finish_put(w: Worker, key: str, size: int, data: Region | bytearray, f: dict[str, Any]) -> Reply:
     if f["ver"] is not None:
         from kilorl.store.versioned import version_key
 
@@ -128,7 +129,7 @@ def _finish_put(w: "Worker", key: str, size: int, data: Region | bytearray, f: d
 
 
 @op("set")
-def set_(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def set_(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     key = _key(h) if h.get("ver") is None else ""
     f = _write_fields(w, h)
     size = conn.fs.pending_payload
@@ -143,7 +144,7 @@ def set_(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
 
 
 @op("alloc")
-def alloc(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def alloc(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     if not conn.same_host:
         raise InvalidRequest("alloc: only clients on the worker's host can write into the arena")
     size = arg(h, "size", int)
@@ -156,7 +157,7 @@ def alloc(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
 
 
 @op("commit")
-def commit(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def commit(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     ticket = arg(h, "ticket", int)
     key = _key(h) if h.get("ver") is None else ""
     if ticket not in conn.allocs:
@@ -171,14 +172,14 @@ def commit(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
 
 
 @op("abort")
-def abort(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def abort(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     region = conn.allocs.pop(arg(h, "ticket", int), None)
     if region is not None:
         w.store.release([region])
     return Reply()
 
 
-def read_reply(w: "Worker", conn: "Connection", handle: ReadHandle, zc: int | None) -> tuple[dict, list, list]:
+def read_reply(w: Worker, conn: Connection, handle: ReadHandle, zc: int | None) -> tuple[dict, list, list]:
     """(item header, payload buffers, regions to release after sending) for one read."""
     item: dict[str, Any] = {"meta": handle.meta, "size": handle.size, "tier": handle.tier}
     if handle.region is not None:
@@ -197,19 +198,19 @@ def read_reply(w: "Worker", conn: "Connection", handle: ReadHandle, zc: int | No
     return item, [handle.data], []
 
 
-def _single_read(w: "Worker", conn: "Connection", h: dict[str, Any], handle: ReadHandle) -> Reply:
+def _single_read(w: Worker, conn: Connection, h: dict[str, Any], handle: ReadHandle) -> Reply:
     item, bufs, regions = read_reply(w, conn, handle, arg(h, "zc", int, None))
     return Reply(item, bufs, (lambda: w.store.release(regions)) if regions else None)
 
 
 @op("get")
-def get(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def get(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     timeout = arg(h, "timeout", (int, float), None)
     return _single_read(w, conn, h, w.store.acquire(_key(h), timeout))
 
 
 @op("mget")
-def mget(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def mget(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     keys = arg(h, "keys", list)
     zc = arg(h, "zc", int, None)
     if not all(isinstance(k, str) for k in keys):
@@ -233,7 +234,7 @@ def mget(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
 
 
 @op("delete")
-def delete(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def delete(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     keys = [k for k in arg(h, "keys", list) if isinstance(k, str) and not k.startswith("\x00")]
     n, l2_keys = w.store.delete(keys)
     w.delete_l2(l2_keys)
@@ -241,33 +242,33 @@ def delete(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
 
 
 @op("exists")
-def exists(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def exists(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     return Reply({"found": w.store.exists([k for k in arg(h, "keys", list) if isinstance(k, str)])})
 
 
 @op("expire")
-def expire(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def expire(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     return Reply({"found": w.store.expire(_key(h), _ttl(h))})
 
 
 @op("keys")
-def keys(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def keys(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     return Reply({"keys": w.store.keys(arg(h, "prefix", str, ""))})
 
 
 @op("pin")
-def pin(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def pin(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     w.store.pin(_key(h), bool(h.get("on", True)))
     return Reply()
 
 
 @op("locate")
-def locate(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def locate(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     return Reply(w.store.locate(_key(h)))
 
 
 @op("stats")
-def stats(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def stats(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     s = w.store.stats()
     s.update(pid=w.pid, clients=len(w.connections), arena=str(w.arena.path), versions=w.versions.names(),
              streams=sorted(w.streams.streams), leases=sum(len(c.leases) for c in list(w.connections.values())))
@@ -275,28 +276,28 @@ def stats(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
 
 
 @op("ping")
-def ping(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def ping(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     return Reply({"pong": True})
 
 
 @op("release")
-def release(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def release(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     return Reply()  # the "rel" field of every request is handled by the dispatcher
 
 
 @op("shutdown")
-def shutdown(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def shutdown(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     return Reply({"stopping": True}, after=w.request_stop)
 
 
 # -- versioned objects -------------------------------------------------------------------
 @op("latest_version")
-def latest_version(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def latest_version(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     return Reply({"version": w.versions.latest(arg(h, "name", str))})
 
 
 @op("get_version")
-def get_version(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def get_version(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     name = arg(h, "name", str)
     version = arg(h, "version", int, None)
     for _ in range(8):  # the latest may be reclaimed between resolve and acquire: retry
@@ -316,14 +317,14 @@ def get_version(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
 
 
 @op("wait_version")
-def wait_version(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def wait_version(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     v = w.versions.wait(arg(h, "name", str), arg(h, "min_version", int), arg(h, "timeout", (int, float), None))
     return Reply({"version": v})
 
 
 # -- streams -----------------------------------------------------------------------------
 @op("xsend")
-def xsend(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def xsend(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     stream, meta = arg(h, "stream", str), arg(h, "meta", dict)
     timeout, capacity = arg(h, "timeout", (int, float), None), arg(h, "capacity", int, None)
     payload = bytes(conn.fs.read_payload())
@@ -331,7 +332,7 @@ def xsend(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
 
 
 @op("xrecv")
-def xrecv(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def xrecv(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     msg = w.streams.receive(arg(h, "stream", str), arg(h, "group", str), conn.id,
                             arg(h, "timeout", (int, float), None))
     if msg is None:
@@ -340,11 +341,11 @@ def xrecv(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
 
 
 @op("xack")
-def xack(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def xack(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     ids = [i for i in arg(h, "ids", list) if isinstance(i, int)]
     return Reply({"n": w.streams.ack(arg(h, "stream", str), arg(h, "group", str), ids)})
 
 
 @op("xinfo")
-def xinfo(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+def xinfo(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     return Reply(w.streams.info(arg(h, "stream", str)))

@@ -33,8 +33,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from kilorl.store.cluster_state import (
     MalformedRing,

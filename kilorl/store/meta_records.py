@@ -47,7 +47,7 @@ class MetaRecord:
                 "mode": self.mode, "tier": self.tier, "copies": self.copies, "lost": self.lost}
 
     @classmethod
-    def from_wire(cls, raw: dict[str, Any]) -> "MetaRecord":
+    def from_wire(cls, raw: dict[str, Any]) -> MetaRecord:
         return cls(str(raw["key"]), int(raw["ver"]), str(raw["holder"]), int(raw["size"]), dict(raw["meta"]),
                    str(raw.get("mode", "none")), str(raw.get("tier", "dram")),
                    {str(k): int(v) for k, v in dict(raw.get("copies", {})).items()}, bool(raw.get("lost", False)))

@@ -28,8 +28,16 @@ from typing import TYPE_CHECKING, Any
 
 from kilorl.store import transfer
 from kilorl.store.cluster_state import MemberInfo, MembershipConfig
-from kilorl.store.errors import (ConfigError, ConnectionLost, KeyNotFound, ObjectLost, StaleCopy, StoreError,
-                                 StoreTimeout, WorkerLeaving)
+from kilorl.store.errors import (
+    ConfigError,
+    ConnectionLost,
+    KeyNotFound,
+    ObjectLost,
+    StaleCopy,
+    StoreError,
+    StoreTimeout,
+    WorkerLeaving,
+)
 from kilorl.store.membership import Membership
 from kilorl.store.meta_records import L2_HOLDER, MetaRecord
 from kilorl.store.node_moves import RingMoves
@@ -90,7 +98,7 @@ class LocalCopy:
 class ClusterNode(RingMoves):
     """Cluster membership and metadata of one worker (see the module docstring)."""
 
-    def __init__(self, worker: "Worker", cfg: ClusterConfig):
+    def __init__(self, worker: Worker, cfg: ClusterConfig):
         shared = worker.rc.spec.token or os.environ.get("KILORL_STORE_TOKEN") or worker.rc.spec.insecure
         if not shared:  # a generated token is known to this worker only: peers could not talk to it
             raise ConfigError("token: cluster workers must share a token (--token or KILORL_STORE_TOKEN) "
@@ -145,7 +153,7 @@ class ClusterNode(RingMoves):
                 del worker.store.objects[key]
 
     # -- lifecycle (worker service) --------------------------------------------------------
-    def start(self, worker: "Worker") -> None:
+    def start(self, worker: Worker) -> None:
         self.membership.view.subscribe(self._changes.put)
         self.membership.view.on_member(self._on_member)
         threading.Thread(target=self._rebalance_loop, name="rebalance", daemon=True).start()
@@ -355,7 +363,7 @@ class ClusterNode(RingMoves):
                 raise ObjectLost(f"key {key!r}: holder {rec.holder} unreachable for {self.cfg.get_timeout}s")
             time.sleep(0.05)
 
-    def lookup(self, key: str, exclude: set[str], register: bool = True) -> "Located | None":
+    def lookup(self, key: str, exclude: set[str], register: bool = True) -> Located | None:
         """The key's record from its owner (or replica), else from any worker holding it."""
         header = {"op": "c.locate", "key": key, "requester": self.id if register else "", "exclude": sorted(exclude)}
         for member in self.preference(key):

@@ -16,7 +16,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-
 from kilorl.store import placement
 from kilorl.store.arena import Allocator, Arena
 from kilorl.store.config import ResolvedConfig

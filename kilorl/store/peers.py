@@ -12,7 +12,8 @@ import contextlib
 import os
 import socket
 import threading
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from kilorl.store.errors import ConnectionLost, ProtocolError, StoreError, error_from_code
 from kilorl.store.protocol import FramedSocket, FrameLimits, host_identity, parse_address

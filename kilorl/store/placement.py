@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Iterable, Protocol
+from collections.abc import Iterable
+from typing import Protocol
 
 TIER_ORDER = ("device", "dram", "disk")  # fastest first; None = only in L2
 HALF_LIFE_S = 30.0

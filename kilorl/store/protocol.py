@@ -16,8 +16,9 @@ import hmac
 import ipaddress
 import socket
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import msgpack
 

@@ -27,8 +27,9 @@ import bisect
 import hashlib
 import math
 import re
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 RING_BITS = 64
 RING_SIZE = 1 << RING_BITS
@@ -46,7 +47,7 @@ def key_position(key: bytes | str) -> int:
 
 
 def _vnode_position(member: str, index: int) -> int:
-    return key_position(f"{member}#{index}".encode("utf-8"))
+    return key_position(f"{member}#{index}".encode())
 
 
 def validate_member_id(member: str) -> str:
@@ -173,11 +174,11 @@ class HashRing:
         """Points a member gets: ``vnodes * weight`` rounded, at least one."""
         return max(1, round(self._vnodes * self._weights[member]))
 
-    def with_member(self, member: str, weight: float = 1.0) -> "HashRing":
+    def with_member(self, member: str, weight: float = 1.0) -> HashRing:
         """A new ring with ``member`` added (or its weight changed)."""
         return HashRing({**self._weights, member: weight}, self._vnodes)
 
-    def without_member(self, member: str) -> "HashRing":
+    def without_member(self, member: str) -> HashRing:
         """A new ring without ``member`` (unchanged if absent)."""
         return HashRing({m: w for m, w in self._weights.items() if m != member}, self._vnodes)
 
@@ -185,7 +186,7 @@ class HashRing:
         return {"vnodes": self._vnodes, "members": dict(self._weights)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "HashRing":
+    def from_dict(cls, data: Mapping[str, Any]) -> HashRing:
         if not isinstance(data, Mapping):
             raise ValueError(f"ring must be a mapping, got {type(data).__name__}")
         members = data.get("members")

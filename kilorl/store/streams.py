@@ -39,7 +39,7 @@ class Group:
 class Stream:
     capacity: int
     next_id: int = 1
-    messages: "collections.OrderedDict[int, Message]" = field(default_factory=collections.OrderedDict)
+    messages: collections.OrderedDict[int, Message] = field(default_factory=collections.OrderedDict)
     groups: dict[str, Group] = field(default_factory=dict)
 
 

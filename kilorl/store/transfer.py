@@ -62,7 +62,7 @@ class Inflight:
             return not self.failed
 
 
-def pull(node: "ClusterNode", key: str, ver: int, size: int, meta: dict[str, Any], source: str) -> None:
+def pull(node: ClusterNode, key: str, ver: int, size: int, meta: dict[str, Any], source: str) -> None:
     """Copies ``key`` at ``ver`` from ``source`` into this worker's store (as a replica)."""
     store = node.w.store
     data = store.stage(size)
@@ -102,7 +102,7 @@ def pull(node: "ClusterNode", key: str, ver: int, size: int, meta: dict[str, Any
                 del node.inflight[key]
 
 
-def serve_chunk(node: "ClusterNode", key: str, ver: int, off: int, length: int) -> tuple[list, Any]:
+def serve_chunk(node: ClusterNode, key: str, ver: int, off: int, length: int) -> tuple[list, Any]:
     """(buffers, after) of one chunk: from a finished copy, or from a pull still in flight."""
     store = node.w.store
     # A relay may be asked before its own pull has started: give it a moment to begin.
@@ -153,12 +153,12 @@ def serve_chunk(node: "ClusterNode", key: str, ver: int, off: int, length: int) 
     return [src[off:off + length]], None
 
 
-def l2_exists(node: "ClusterNode", key: str) -> bool:
+def l2_exists(node: ClusterNode, key: str) -> bool:
     l2 = node.w.store.l2
     return l2 is not None and l2.path_of(key).exists()
 
 
-def load_from_l2(node: "ClusterNode", key: str, ver: int) -> bool:
+def load_from_l2(node: ClusterNode, key: str, ver: int) -> bool:
     """Reads ``key`` from the shared L2 directory into this worker (any worker may: the
     directory is shared and every file names its key). False if there is no such file."""
     l2 = node.w.store.l2

@@ -56,7 +56,7 @@ class Trainer:
         self._resume_from: Path | None = None
 
     @classmethod
-    def resume(cls, run_dir: str | Path, cluster: Cluster | None = None, overrides: list[str] | None = None) -> "Trainer":
+    def resume(cls, run_dir: str | Path, cluster: Cluster | None = None, overrides: list[str] | None = None) -> Trainer:
         """Continue a run from its newest checkpoint (env steps, optimizer, RNG, normalizers).
 
         ``overrides`` are ``section.field=value`` strings, e.g. a larger ``train.total_env_steps``.

@@ -10,7 +10,6 @@ import argparse
 import importlib.util
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path

@@ -5,9 +5,16 @@ from __future__ import annotations
 import pytest
 
 from kilorl.placement import Affinity, ClusterState, Demand, GangRequest, place, topology_from_dict
-from kilorl.placement.ray_placement import (RayPlacementError, create_placement_groups, node_affinity_strategies,
-                                          node_resource, placement_group_specs, ray_node_ids, ray_node_resources,
-                                          scheduling_strategy)
+from kilorl.placement.ray_placement import (
+    RayPlacementError,
+    create_placement_groups,
+    node_affinity_strategies,
+    node_resource,
+    placement_group_specs,
+    ray_node_ids,
+    ray_node_resources,
+    scheduling_strategy,
+)
 
 TWO_NODES = {
     "name": "two",

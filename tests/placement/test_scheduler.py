@@ -5,8 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kilorl.placement import (Affinity, Allocation, ClusterState, Demand, GangRequest, PlacementError, place,
-                            topology_from_dict, uniform_topology)
+from kilorl.placement import (
+    Affinity,
+    Allocation,
+    ClusterState,
+    Demand,
+    GangRequest,
+    PlacementError,
+    place,
+    topology_from_dict,
+    uniform_topology,
+)
 from kilorl.placement.allreduce import allreduce_estimate
 from kilorl.placement.fragmentation import Workload, cluster_fragmentation
 from kilorl.placement.policies import POLICIES

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from kilorl.cli.main import main
 from kilorl.placement import uniform_topology
 from kilorl.placement.alibaba import TraceError, read_nodes, read_pods
+from kilorl.placement.fragmentation import Workload
 from kilorl.placement.policies import POLICIES
 from kilorl.placement.simulate import PodScheduler, simulate, simulate_jobs
 from kilorl.placement.state import ClusterState
-from kilorl.placement.fragmentation import Workload
 from kilorl.placement.synthetic import rl_job_mix
 
 

@@ -1,4 +1,4 @@
-"""The ParameterStore contract (DESIGN.md §6), for both implementations."""
+"""The ParameterStore contract (docs/architecture.md, "Contracts"), for both implementations."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ fixtures stay separate from the single-node store's.
 from __future__ import annotations
 
 import shutil
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

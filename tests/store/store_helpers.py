@@ -35,7 +35,7 @@ class WorkerProcess:
         self.proc: subprocess.Popen | None = None
         self.port = 0
 
-    def start(self, timeout: float = 30.0) -> "WorkerProcess":
+    def start(self, timeout: float = 30.0) -> WorkerProcess:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         info = self.run_dir / "worker.json"
         if info.exists():

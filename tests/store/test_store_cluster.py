@@ -13,10 +13,10 @@ import time
 
 import numpy as np
 import pytest
-from tests.store.etcd_fixture import etcd_server  # noqa: F401  (fixture)
 from store_helpers import wait_until
 
 from kilorl.store import KeyNotFound, ObjectLost, WriteMode
+from tests.store.etcd_fixture import etcd_server  # noqa: F401  (fixture)
 
 
 @pytest.fixture(params=["builtin", "etcd"])

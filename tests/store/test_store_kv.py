@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from store_helpers import run_python, wait_until
 
 from kilorl.store import InvalidRequest, KeyNotFound, StoreTimeout
-from store_helpers import run_python, wait_until
 
 VALUES = {
     "bytes-small": b"hello world",

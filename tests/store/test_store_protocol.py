@@ -7,10 +7,10 @@ import struct
 
 import msgpack
 import pytest
+from store_helpers import wait_until
 
 from kilorl.store import AuthError, ConfigError, InvalidRequest, WorkerConfig
 from kilorl.store.protocol import MAGIC, PREFIX, VERSION
-from store_helpers import wait_until
 
 
 def frame(header: dict, payload: bytes = b"", magic: bytes = MAGIC, plen: int | None = None) -> bytes:

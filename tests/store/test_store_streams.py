@@ -9,9 +9,9 @@ import time
 
 import numpy as np
 import pytest
+from store_helpers import run_python
 
 from kilorl.store import StoreTimeout
-from store_helpers import run_python
 
 
 def test_send_receive_ack_and_groups(worker, client):

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 import torch
+from store_helpers import wait_until
 
 from kilorl.store import InvalidRequest, StoreTimeout, VersionGone, WriteMode
-from store_helpers import wait_until
 
 
 def params(v: int) -> dict:

@@ -8,9 +8,9 @@ import sys
 
 import numpy as np
 import torch
+from store_helpers import run_python, wait_until
 
 from kilorl.store.arena import Arena
-from store_helpers import run_python, wait_until
 
 
 def arena_base(client) -> int:

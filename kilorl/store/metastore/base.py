@@ -19,8 +19,9 @@ from __future__ import annotations
 import abc
 import queue
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Literal
+from typing import Literal
 
 EventType = Literal["PUT", "DELETE"]
 
@@ -185,7 +186,7 @@ class Watch:
     def _cancel(self) -> None:
         """Backend hook: stop producing events."""
 
-    def __enter__(self) -> "Watch":
+    def __enter__(self) -> Watch:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -254,7 +255,7 @@ class Metastore(abc.ABC):
     def close(self) -> None:
         """Release connections and background threads."""
 
-    def __enter__(self) -> "Metastore":
+    def __enter__(self) -> Metastore:
         return self
 
     def __exit__(self, *exc: object) -> None:

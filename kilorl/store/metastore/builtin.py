@@ -44,7 +44,7 @@ class _LeaseState:
 
 
 class _BuiltinWatch(Watch):
-    def __init__(self, prefix: bytes, owner: "BuiltinMetastore"):
+    def __init__(self, prefix: bytes, owner: BuiltinMetastore):
         super().__init__(prefix)
         self._owner = owner
 

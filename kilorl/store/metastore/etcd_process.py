@@ -54,7 +54,7 @@ class EtcdProcess:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
-    def start(self) -> "EtcdProcess":
+    def start(self) -> EtcdProcess:
         if shutil.which(self.binary) is None:
             raise FileNotFoundError(
                 f"etcd binary {self.binary!r} not found; install Debian 'etcd-server' (bash scripts/services.sh)"
@@ -136,7 +136,7 @@ class EtcdProcess:
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
-    def __enter__(self) -> "EtcdProcess":
+    def __enter__(self) -> EtcdProcess:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

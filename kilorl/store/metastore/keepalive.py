@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from kilorl.store.metastore.base import LeaseNotFound, Metastore, MetastoreClosed, MetastoreError
 
@@ -37,7 +37,7 @@ class LeaseKeeper:
         self.lost: Exception | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def start(self) -> "LeaseKeeper":
+    def start(self) -> LeaseKeeper:
         self._thread.start()
         return self
 

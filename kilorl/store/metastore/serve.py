@@ -13,7 +13,8 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from kilorl.store.handlers import Reply, arg
 from kilorl.store.metastore import wire
@@ -33,7 +34,7 @@ class MetastoreService:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
-    def install(self, worker: "Worker") -> None:
+    def install(self, worker: Worker) -> None:
         ops: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "meta.get": lambda h: {"kv": wire.kv_out(self.store.get(bytes(arg(h, "key", bytes))))},
             "meta.range": self._range,
@@ -107,7 +108,7 @@ class MetastoreService:
         return {}
 
     # -- worker service hooks ------------------------------------------------------------
-    def start(self, worker: "Worker") -> None:
+    def start(self, worker: Worker) -> None:
         pass
 
     def stop(self) -> None:
@@ -119,7 +120,7 @@ class MetastoreService:
 
 
 def _wrap(fn: Callable[[dict[str, Any]], dict[str, Any]]):
-    def handler(w: "Worker", conn: "Connection", h: dict[str, Any]) -> Reply:
+    def handler(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
         try:
             return Reply(fn(h))
         except MetastoreError as exc:
