@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast install services clean bench
+.PHONY: demo test test-fast lint install services clean bench
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (set PYTHON=...)"; exit 1; }
@@ -24,7 +24,11 @@ demo: $(STAMP)
 services:
 	bash scripts/services.sh
 
-test: $(STAMP) services
+# ruff (pinned in constraints.txt, configured in pyproject.toml) checks the whole tree first.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+test: $(STAMP) services lint
 	$(PY) -m pytest -q tests
 
 test-fast: $(STAMP)
