@@ -1,0 +1,210 @@
+"""Parameter resharding: read any reader layout from any writer layout through byte ranges.
+
+``plan_read(writer, reader)`` lists the byte ranges, per writer shard, that hold exactly the
+bytes the reader asked for (``ReadPlan.requests``); the caller fetches them however it likes
+(``StoreClient.get_version(name, v, ranges=...)`` per shard, or slicing in-memory shards)
+and ``ReadPlan.assemble`` builds the reader's tensors from what came back.
+
+A slice along dimension ``d > 0`` is ``prod(shape[:d])`` separate runs in the flat vector;
+runs that touch are merged into one span before they are split at shard boundaries, and
+``max_gap`` lets a reader trade a few unneeded bytes for fewer ranges (a request has a fixed
+cost). With ``max_gap=0`` the bytes requested equal the bytes of the slices, no more.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from kilorl.params.layout import FlatLayout, Full, LayoutError, ReaderLayout, Shard, TensorSpec, dtype_from_name, validate_slice
+
+
+@dataclass(frozen=True)
+class RangeRequest:
+    """Bytes ``[offset, offset + length)`` of writer shard ``shard``."""
+
+    shard: int
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """What one output tensor needs: ``outer`` runs of ``run_len`` bytes, ``stride`` apart."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    start: int
+    outer: int
+    stride: int
+    run_len: int
+
+    @property
+    def end(self) -> int:
+        return self.start + (self.outer - 1) * self.stride + self.run_len if self.outer and self.run_len else self.start
+
+
+@dataclass(frozen=True)
+class _Span:
+    """A contiguous flat byte range read as one or more requests (split at shard bounds)."""
+
+    start: int
+    end: int
+    first_request: int
+    num_requests: int
+
+
+def _piece(spec: TensorSpec, part: Full | Shard) -> _Piece:
+    if isinstance(part, Full) or not spec.shape:
+        return _Piece(spec.name, spec.dtype, spec.shape, spec.offset, 1, spec.nbytes, spec.nbytes)
+    lo, hi = part.bounds(spec.shape[part.dim])
+    inner = math.prod(spec.shape[part.dim + 1:]) * spec.itemsize
+    outer = math.prod(spec.shape[:part.dim])
+    shape = spec.shape[:part.dim] + (hi - lo,) + spec.shape[part.dim + 1:]
+    row = spec.shape[part.dim] * inner
+    run_len = (hi - lo) * inner
+    if hi - lo == spec.shape[part.dim]:  # the whole dimension: one contiguous run
+        outer, run_len, row = 1, outer * row, outer * row
+    return _Piece(spec.name, spec.dtype, shape, spec.offset + lo * inner, outer, row, run_len)
+
+
+def _runs(pieces: Sequence[_Piece]) -> list[tuple[int, int]]:
+    """Every (start, end) byte run of every piece, sorted."""
+    runs: list[tuple[int, int]] = []
+    for p in pieces:
+        if p.run_len == 0 or p.outer == 0:
+            continue
+        starts = p.start + p.stride * np.arange(p.outer, dtype=np.int64)
+        runs.extend(zip(starts.tolist(), (starts + p.run_len).tolist()))
+    runs.sort()
+    return runs
+
+
+class ReadPlan:
+    """The byte ranges a reader fetches and how they become its tensors."""
+
+    def __init__(self, writer: FlatLayout, pieces: list[_Piece], max_gap: int) -> None:
+        self.pieces = pieces
+        self.requests: list[RangeRequest] = []
+        self._spans: list[_Span] = []
+        for start, end in self._merge(_runs(pieces), max_gap):
+            first = len(self.requests)
+            self.requests.extend(_split_at_bounds(writer.bounds, start, end))
+            self._spans.append(_Span(start, end, first, len(self.requests) - first))
+        self._span_starts = [s.start for s in self._spans]
+
+    @staticmethod
+    def _merge(runs: list[tuple[int, int]], max_gap: int) -> list[tuple[int, int]]:
+        merged: list[list[int]] = []
+        for start, end in runs:
+            if merged and start <= merged[-1][1] + max_gap:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        return [(s, e) for s, e in merged]
+
+    @property
+    def num_spans(self) -> int:
+        """Contiguous flat byte ranges read (each split into requests at shard bounds)."""
+        return len(self._spans)
+
+    @property
+    def bytes_requested(self) -> int:
+        return sum(r.length for r in self.requests)
+
+    @property
+    def bytes_needed(self) -> int:
+        return sum(p.outer * p.run_len for p in self.pieces)
+
+    def ranges_by_shard(self) -> dict[int, list[tuple[int, int]]]:
+        """``{shard: [(offset, length), ...]}`` in request order, for one fetch per shard."""
+        out: dict[int, list[tuple[int, int]]] = {}
+        for r in self.requests:
+            out.setdefault(r.shard, []).append((r.offset, r.length))
+        return out
+
+    def assemble(self, buffers: Sequence[object]) -> dict[str, torch.Tensor]:
+        """Build the reader's tensors from ``buffers[i]``, the bytes of ``requests[i]``."""
+        if len(buffers) != len(self.requests):
+            raise LayoutError(f"assemble needs {len(self.requests)} buffers, got {len(buffers)}")
+        views = [np.frombuffer(memoryview(b).cast("B"), dtype=np.uint8) for b in buffers]
+        for r, v in zip(self.requests, views):
+            if v.size != r.length:
+                raise LayoutError(f"buffer for shard {r.shard} at {r.offset} has {v.size} bytes, expected {r.length}")
+        span_bytes = [self._span_buffer(s, views) for s in self._spans]
+        return {p.name: self._tensor(p, span_bytes) for p in self.pieces}
+
+    @staticmethod
+    def _span_buffer(span: _Span, views: list[np.ndarray]) -> np.ndarray:
+        parts = views[span.first_request:span.first_request + span.num_requests]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _tensor(self, p: _Piece, span_bytes: list[np.ndarray]) -> torch.Tensor:
+        out = np.empty(p.outer * p.run_len, dtype=np.uint8)
+        if not out.size:
+            return torch.empty(p.shape, dtype=dtype_from_name(p.dtype))
+        i = bisect.bisect_right(self._span_starts, p.start) - 1
+        span = self._spans[i]
+        if p.end <= span.end:  # the whole piece in one span: one strided copy
+            base = span_bytes[i][p.start - span.start:]
+            rows = np.lib.stride_tricks.as_strided(base, shape=(p.outer, p.run_len), strides=(p.stride, 1))
+            out.reshape(p.outer, p.run_len)[:] = rows
+        else:
+            for k in range(p.outer):
+                out[k * p.run_len:(k + 1) * p.run_len] = self._bytes_at(p.start + k * p.stride, p.run_len, span_bytes)
+        return torch.from_numpy(out).view(dtype_from_name(p.dtype)).reshape(p.shape)
+
+    def _bytes_at(self, start: int, length: int, span_bytes: list[np.ndarray]) -> np.ndarray:
+        i = bisect.bisect_right(self._span_starts, start) - 1
+        span = self._spans[i]
+        return span_bytes[i][start - span.start:start - span.start + length]
+
+
+def _split_at_bounds(bounds: Sequence[int], start: int, end: int) -> list[RangeRequest]:
+    out = []
+    k = bisect.bisect_right(bounds, start) - 1
+    while start < end:
+        while bounds[k + 1] <= start:  # skip empty shards
+            k += 1
+        stop = min(end, bounds[k + 1])
+        out.append(RangeRequest(k, start - bounds[k], stop - start))
+        start = stop
+    return out
+
+
+def plan_read(writer: FlatLayout, reader: ReaderLayout | None = None, max_gap: int = 0) -> ReadPlan:
+    """Byte ranges of ``writer``'s shards that hold ``reader``'s slices (all tensors, full, when None)."""
+    if max_gap < 0:
+        raise LayoutError(f"max_gap must be >= 0, got {max_gap}")
+    if reader is None:
+        reader = {t.name: Full() for t in writer.tensors}
+    pieces = []
+    for name, part in reader.items():
+        spec = writer.spec(name)
+        validate_slice(spec, part)
+        pieces.append(_piece(spec, part))
+    return ReadPlan(writer, pieces, max_gap)
+
+
+def pack(tensors: Mapping[str, torch.Tensor], layout: FlatLayout) -> list[memoryview]:
+    """The writer's shards of ``tensors`` as byte views of one packed buffer."""
+    flat = np.empty(layout.total_bytes, dtype=np.uint8)
+    for spec in layout.tensors:
+        t = tensors[spec.name].detach().to("cpu").contiguous()
+        if tuple(t.shape) != spec.shape or str(t.dtype).removeprefix("torch.") != spec.dtype:
+            raise LayoutError(f"{spec.name}: tensor is {t.dtype} {list(t.shape)}, layout says {spec.dtype} {list(spec.shape)}")
+        flat[spec.offset:spec.offset + spec.nbytes] = t.reshape(-1).view(torch.uint8).numpy()
+    mv = memoryview(flat)
+    return [mv[a:b] for a, b in zip(layout.bounds, layout.bounds[1:])]
+
+
+def read_local(plan: ReadPlan, shards: Sequence[object]) -> dict[str, torch.Tensor]:
+    """Execute ``plan`` against in-memory shards (tests, single-process stores)."""
+    views = [memoryview(s).cast("B") for s in shards]
+    return plan.assemble([views[r.shard][r.offset:r.offset + r.length] for r in plan.requests])
