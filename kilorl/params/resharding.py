@@ -129,8 +129,13 @@ class ReadPlan:
             out.setdefault(r.shard, []).append((r.offset, r.length))
         return out
 
-    def assemble(self, buffers: Sequence[object]) -> dict[str, torch.Tensor]:
-        """Build the reader's tensors from ``buffers[i]``, the bytes of ``requests[i]``."""
+    def assemble(self, buffers: Sequence[object], out: Mapping[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """Build the reader's tensors from ``buffers[i]``, the bytes of ``requests[i]``.
+
+        With ``out`` (name -> contiguous CPU tensor of the slice's shape and dtype, e.g. a
+        model's parameters) the bytes are copied straight into those tensors: one copy from
+        the store's buffer to the model, none in between.
+        """
         if len(buffers) != len(self.requests):
             raise LayoutError(f"assemble needs {len(self.requests)} buffers, got {len(buffers)}")
         views = [np.frombuffer(memoryview(b).cast("B"), dtype=np.uint8) for b in buffers]
@@ -138,17 +143,23 @@ class ReadPlan:
             if v.size != r.length:
                 raise LayoutError(f"buffer for shard {r.shard} at {r.offset} has {v.size} bytes, expected {r.length}")
         span_bytes = [self._span_buffer(s, views) for s in self._spans]
-        return {p.name: self._tensor(p, span_bytes) for p in self.pieces}
+        return {p.name: self._tensor(p, span_bytes, None if out is None else out.get(p.name)) for p in self.pieces}
 
     @staticmethod
     def _span_buffer(span: _Span, views: list[np.ndarray]) -> np.ndarray:
         parts = views[span.first_request:span.first_request + span.num_requests]
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
-    def _tensor(self, p: _Piece, span_bytes: list[np.ndarray]) -> torch.Tensor:
-        out = np.empty(p.outer * p.run_len, dtype=np.uint8)
-        if not out.size:
-            return torch.empty(p.shape, dtype=dtype_from_name(p.dtype))
+    def _tensor(self, p: _Piece, span_bytes: list[np.ndarray], dest: torch.Tensor | None) -> torch.Tensor:
+        dtype = dtype_from_name(p.dtype)
+        if dest is None:
+            dest = torch.empty(p.shape, dtype=dtype)
+        elif tuple(dest.shape) != p.shape or dest.dtype != dtype or not dest.is_contiguous() or dest.device.type != "cpu":
+            raise LayoutError(f"{p.name}: destination is {dest.dtype} {list(dest.shape)} on {dest.device}, "
+                              f"the slice is {p.dtype} {list(p.shape)} (contiguous, on cpu)")
+        if not dest.numel():
+            return dest
+        out = dest.detach().reshape(-1).view(torch.uint8).numpy()
         i = bisect.bisect_right(self._span_starts, p.start) - 1
         span = self._spans[i]
         if p.end <= span.end:  # the whole piece in one span: one strided copy
@@ -158,7 +169,7 @@ class ReadPlan:
         else:
             for k in range(p.outer):
                 out[k * p.run_len:(k + 1) * p.run_len] = self._bytes_at(p.start + k * p.stride, p.run_len, span_bytes)
-        return torch.from_numpy(out).view(dtype_from_name(p.dtype)).reshape(p.shape)
+        return dest
 
     def _bytes_at(self, start: int, length: int, span_bytes: list[np.ndarray]) -> np.ndarray:
         i = bisect.bisect_right(self._span_starts, start) - 1

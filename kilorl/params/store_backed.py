@@ -1,0 +1,131 @@
+"""The parameter store on kiloRL's data system: versions as shards of one flat byte vector.
+
+Version ``v`` of ``name`` is ``num_shards`` versioned store objects ``{name}/shard/{k}`` (the
+flat vector cut by ``FlatLayout``) plus a small commit record ``{name}/layout`` (the layout as
+JSON) published *last*: a reader that sees version ``v`` of the commit record finds every
+shard of ``v`` already there, so a fetch is one consistent version, never a mix of two.
+
+A reader turns its layout into byte ranges per shard (``kilorl.params.resharding``) and reads
+those ranges from its own node's worker; on the node the bytes come as zero-copy views of the
+worker's shared memory and are copied once, straight into the destination tensors
+(``fetch_into``). When a version is reclaimed between reading the commit record and the
+shards (a writer far ahead), the fetch retries on the newest version.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from kilorl.params.layout import FlatLayout, Full, ReaderLayout
+from kilorl.params.resharding import ReadPlan, pack, plan_read
+
+ClientFactory = Callable[[], Any]
+"""Returns a connected ``kilorl.store.StoreClient`` (one per thread: clients are not shared)."""
+
+
+def layout_key(name: str) -> str:
+    return f"{name}/layout"
+
+
+def shard_key(name: str, shard: int) -> str:
+    return f"{name}/shard/{shard}"
+
+
+class StoreParameterStore:
+    """``publish / latest_version / fetch / wait`` over store workers (the ParameterStore contract).
+
+    ``connect`` makes a client to this process's node worker; ``num_shards`` is how many
+    pieces a publish cuts the parameters into (``parallelism.parameter_server``); the ring
+    spreads the shard keys over the workers.
+    """
+
+    def __init__(self, connect: ClientFactory, num_shards: int = 1, write_mode: Any = None, retries: int = 3) -> None:
+        if num_shards < 1:
+            raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+        self._connect = connect
+        self.num_shards = num_shards
+        self.write_mode = write_mode
+        self.retries = retries
+        self._local = threading.local()
+        self._layouts: dict[tuple[str, int], FlatLayout] = {}
+
+    @property
+    def client(self) -> Any:
+        c = getattr(self._local, "client", None)
+        if c is None:
+            c = self._local.client = self._connect()
+        return c
+
+    # -- writer ----------------------------------------------------------------------
+    def publish(self, name: str, version: int, tensors: Mapping[str, torch.Tensor]) -> None:
+        layout = FlatLayout.of(tensors, self.num_shards)
+        kw = {} if self.write_mode is None else {"write_mode": self.write_mode}
+        for k, shard in enumerate(pack(tensors, layout)):
+            self.client.publish(shard_key(name, k), version, np.frombuffer(shard, dtype=np.uint8), **kw)
+        self.client.publish(layout_key(name), version, json.dumps(layout.to_json()).encode(), **kw)
+
+    # -- readers ---------------------------------------------------------------------
+    def latest_version(self, name: str) -> int | None:
+        return self.client.latest_version(layout_key(name))
+
+    def wait(self, name: str, min_version: int, timeout: float | None = None) -> int:
+        return self.client.wait_version(layout_key(name), min_version, timeout)
+
+    def layout(self, name: str, version: int | None = None) -> tuple[int, FlatLayout]:
+        """The writer's layout of ``version`` (the newest when None)."""
+        if version is not None and (name, version) in self._layouts:
+            return version, self._layouts[(name, version)]
+        got = self.client.get_version(layout_key(name), version)
+        layout = FlatLayout.from_json(json.loads(bytes(got.value)))
+        self._layouts = {k: v for k, v in self._layouts.items() if k[0] != name}  # keep one per name
+        self._layouts[(name, got.version)] = layout
+        return got.version, layout
+
+    def fetch(self, name: str, version: int | None = None,
+              layout: ReaderLayout | Sequence[str] | None = None) -> tuple[int, dict[str, torch.Tensor]]:
+        """``(version, tensors)``: the whole version, the named tensors, or a reader layout's slices."""
+        return self._read(name, version, layout, None)
+
+    def fetch_into(self, name: str, out: Mapping[str, torch.Tensor], version: int | None = None,
+                   layout: ReaderLayout | None = None) -> int:
+        """Copy a version straight into ``out`` (e.g. ``dict(model.named_parameters())``); returns the version."""
+        return self._read(name, version, layout if layout is not None else {k: Full() for k in out}, out)[0]
+
+    def _read(self, name: str, version: int | None, layout: Any, out: Mapping[str, torch.Tensor] | None):
+        from kilorl.store import VersionGone
+
+        for attempt in range(self.retries + 1):
+            v, writer = self.layout(name, version)
+            plan = plan_read(writer, _reader_layout(layout))
+            try:
+                buffers = self._fetch_ranges(name, v, plan)
+            except VersionGone:
+                if version is not None or attempt == self.retries:
+                    raise
+                time.sleep(0)  # a newer version replaced it: read that one
+                continue
+            with torch.no_grad():
+                tensors = plan.assemble(buffers, out)
+            return v, tensors
+        raise AssertionError("unreachable")
+
+    def _fetch_ranges(self, name: str, version: int, plan: ReadPlan) -> list[Any]:
+        """The bytes of every request of ``plan``, in order (zero-copy views where the store gives them)."""
+        by_shard: dict[int, Any] = {}
+        for r in plan.requests:
+            if r.shard not in by_shard:
+                by_shard[r.shard] = memoryview(self.client.get_version(shard_key(name, r.shard), version).value).cast("B")
+        return [by_shard[r.shard][r.offset:r.offset + r.length] for r in plan.requests]
+
+
+def _reader_layout(layout: ReaderLayout | Sequence[str] | None) -> ReaderLayout | None:
+    if layout is None or isinstance(layout, Mapping):
+        return layout
+    return {k: Full() for k in layout}

@@ -1,0 +1,101 @@
+"""The parameter store on a real store worker: consistent versions, resharded reads, blocking waits."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from kilorl.params import Full, Shard
+from kilorl.params.store_backed import StoreParameterStore, layout_key, shard_key
+
+
+def params(seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {"pi.w": torch.randn(64, 300, generator=g), "pi.b": torch.randn(300, generator=g),
+            "v.w": torch.randn(300, 1, generator=g).to(torch.bfloat16)}
+
+
+@pytest.fixture
+def store(store_worker):
+    s = StoreParameterStore(store_worker.client, num_shards=3)
+    yield s
+    s.client.close()
+
+
+def test_published_versions_are_read_back_whole_with_equal_bytes(store):
+    for v in (1, 2, 3):
+        store.publish("policy", v, params(v))
+    assert store.latest_version("policy") == 3
+    version, got = store.fetch("policy")
+    assert version == 3 and all(torch.equal(got[k], t) for k, t in params(3).items())
+    assert store.fetch("policy", version=2)[1]["pi.b"].equal(params(2)["pi.b"])
+
+
+def test_a_version_is_three_shards_and_a_commit_record_in_the_worker(store, store_worker):
+    store.publish("policy", 1, params(1))
+    c = store_worker.client()
+    try:
+        assert all(c.latest_version(shard_key("policy", k)) == 1 for k in range(3))
+        assert c.latest_version(layout_key("policy")) == 1
+    finally:
+        c.close()
+
+
+def test_a_reader_layout_reads_slices_equal_to_the_original(store):
+    store.publish("policy", 7, params(7))
+    _, got = store.fetch("policy", layout={"pi.w": Shard(1, 4, dim=1), "v.w": Full()})
+    assert set(got) == {"pi.w", "v.w"}
+    assert torch.equal(got["pi.w"], params(7)["pi.w"][:, 75:150]) and torch.equal(got["v.w"], params(7)["v.w"])
+
+
+def test_fetch_into_copies_straight_into_model_parameters(store):
+    model = torch.nn.Linear(300, 64)
+    store.publish("m", 1, {k: torch.full_like(p, 2.5) for k, p in model.state_dict().items()})
+    assert store.fetch_into("m", dict(model.named_parameters())) == 1
+    assert bool((model.weight == 2.5).all()) and bool((model.bias == 2.5).all())
+
+
+def test_wait_blocks_until_a_newer_version_is_published(store, store_worker):
+    store.publish("policy", 1, params(1))
+    got: list[int] = []
+    reader = StoreParameterStore(store_worker.client, num_shards=3)
+    t = threading.Thread(target=lambda: got.append(reader.wait("policy", 2, timeout=30)))
+    t.start()
+    t.join(0.3)
+    assert t.is_alive() and not got  # version 1 does not satisfy min_version 2
+    store.publish("policy", 2, params(2))
+    t.join(30)
+    assert got == [2]
+    reader.client.close()
+
+
+def test_a_wait_past_its_timeout_raises_timeout_error(store):
+    store.publish("policy", 1, params(1))
+    with pytest.raises(TimeoutError):
+        store.wait("policy", 5, timeout=0.2)
+
+
+def test_a_reader_racing_a_writer_always_gets_one_consistent_version(store, store_worker):
+    """Every tensor of a version is filled with the version number: a torn read would mix two."""
+    shapes = {"a": (256, 256), "b": (1000,), "c": (64, 3)}
+    stop = threading.Event()
+    seen: list[tuple[int, set[float]]] = []
+
+    def read() -> None:
+        reader = StoreParameterStore(store_worker.client, num_shards=3)
+        while not stop.is_set():
+            v, t = reader.fetch("race")
+            seen.append((v, {float(x) for x in torch.cat([x.reshape(-1) for x in t.values()]).unique()}))
+        reader.client.close()
+
+    store.publish("race", 1, {k: torch.full(s, 1.0) for k, s in shapes.items()})
+    th = threading.Thread(target=read)
+    th.start()
+    for v in range(2, 40):
+        store.publish("race", v, {k: torch.full(s, float(v)) for k, s in shapes.items()})
+    stop.set()
+    th.join(30)
+    assert len(seen) > 3
+    assert all(values == {float(v)} for v, values in seen)
