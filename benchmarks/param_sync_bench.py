@@ -1,0 +1,196 @@
+"""Parameter sync: publish -> every actor holds the new version in its model.
+
+Side by side in one run, for a small (10K-parameter) and a large (25M-parameter, 100 MB)
+policy and ``--actors`` Ray actors on this node:
+
+- **kiloRL store**: the learner publishes through ``StoreParameterStore`` (shards + commit
+  record on a real store worker); each actor blocks in ``wait``, then ``fetch_into`` copies the
+  zero-copy shared-memory bytes straight into its model's parameters.
+- **Ray broadcast**, as RLlib syncs weights: ``ray.put`` once, every actor's method gets the
+  reference (``ray.get``) and calls ``load_state_dict``.
+- **memcpy floor**: one copy of the parameters' bytes in one process.
+
+Latency of one (version, actor) pair = the actor's ``time.monotonic()`` once the weights are in
+its model minus the driver's just before it starts publishing (CLOCK_MONOTONIC is one clock
+for every process of a Linux machine). Versions are paced: the next is published only after
+every actor has acknowledged the previous one, so each sample is one isolated sync.
+
+    python benchmarks/param_sync_bench.py [--actors 4] [--small-versions 200] [--large-versions 15] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+SIZES = {
+    # name -> (tensor shapes): ~10K and 25M float32 parameters
+    "small (10K params, 40 KB)": [(64, 128), (128,), (128, 12), (12,), (1, 128)],
+    "large (25M params, 100 MB)": [(5000, 1000)] * 5,
+}
+
+
+def make_params(shapes: list[tuple[int, ...]], fill: float) -> dict[str, torch.Tensor]:
+    return {f"t{i}": torch.full(s, fill) for i, s in enumerate(shapes)}
+
+
+def start_worker(tmp: Path, shm: str) -> tuple[subprocess.Popen, str, str]:
+    run_dir = tmp / "worker"
+    token = secrets.token_hex(16)
+    cmd = [sys.executable, "-m", "kilorl.cli.main", "store", "start", "--foreground", "--port", "0",
+           "--run-dir", str(run_dir), "--shm-size", shm, "--keep-versions", "2", "--token", token]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    info = run_dir / "worker.json"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"store worker exited with {proc.returncode}")
+        if info.exists():
+            data = json.loads(info.read_text())
+            if data.get("pid") == proc.pid:
+                return proc, f"127.0.0.1:{data['port']}", token
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("store worker did not start in 60 s")
+
+
+def percentiles(xs: list[float]) -> dict[str, float]:
+    a = np.asarray(xs) * 1e3
+    return {"p50_ms": float(np.percentile(a, 50)), "p99_ms": float(np.percentile(a, 99)), "n": len(xs)}
+
+
+def bench_store(ray, actors_n: int, shapes, versions: int, address: str, token: str | None, shards: int,
+                name: str) -> list[float]:
+    from kilorl.params.store_backed import StoreParameterStore
+    from kilorl.store import StoreClient
+
+    @ray.remote(num_cpus=0)
+    class Reader:
+        def __init__(self, rank: int) -> None:
+            self.rank = rank
+            self.model = make_params(shapes, 0.0)
+            self.ps = StoreParameterStore(lambda: StoreClient(address, token=token), num_shards=shards)
+            self.acks = StoreClient(address, token=token)
+
+        def listen(self, versions: int) -> list[float]:
+            got = []
+            for v in range(1, versions + 1):
+                self.ps.wait(name, v, timeout=120)
+                self.ps.fetch_into(name, self.model, version=v)
+                got.append(time.monotonic())
+                assert float(self.model["t0"][0].reshape(-1)[0]) == float(v)  # the new weights are in
+                self.acks.publish(f"{name}/ack/{self.rank}", v, b"")
+            return got
+
+    actors = [Reader.remote(i) for i in range(actors_n)]
+    ray.get([a.__ray_ready__.remote() for a in actors])
+    done = [a.listen.remote(versions) for a in actors]
+    writer = StoreParameterStore(lambda: StoreClient(address, token=token), num_shards=shards)
+    acks = StoreClient(address, token=token)
+    starts = []
+    for v in range(1, versions + 1):
+        params = make_params(shapes, float(v))  # built before the clock starts
+        starts.append(time.monotonic())
+        writer.publish(name, v, params)
+        for i in range(actors_n):
+            acks.wait_version(f"{name}/ack/{i}", v, timeout=120)
+    per_actor = ray.get(done)
+    for a in actors:
+        ray.kill(a)
+    return [t[v] - starts[v] for t in per_actor for v in range(versions)]
+
+
+def bench_ray(ray, actors_n: int, shapes, versions: int) -> list[float]:
+    @ray.remote(num_cpus=0)
+    class RayReader:
+        def __init__(self) -> None:
+            self.model = torch.nn.ParameterDict({k: torch.nn.Parameter(v) for k, v in make_params(shapes, 0.0).items()})
+
+        def load(self, weights: dict[str, np.ndarray], v: int) -> float:
+            self.model.load_state_dict({k: torch.from_numpy(w) for k, w in weights.items()})
+            t = time.monotonic()
+            assert float(self.model["t0"].reshape(-1)[0]) == float(v)
+            return t
+
+    actors = [RayReader.remote() for _ in range(actors_n)]
+    ray.get([a.__ray_ready__.remote() for a in actors])
+    out = []
+    for v in range(1, versions + 1):
+        weights = {k: t.numpy() for k, t in make_params(shapes, float(v)).items()}  # RLlib ships numpy weights
+        t0 = time.monotonic()
+        ref = ray.put(weights)
+        out += [t - t0 for t in ray.get([a.load.remote(ref, v) for a in actors])]
+        del ref
+    for a in actors:
+        ray.kill(a)
+    return out
+
+
+def bench_memcpy(shapes, repeats: int) -> list[float]:
+    src = make_params(shapes, 1.0)
+    dst = make_params(shapes, 0.0)
+    out = []
+    for _ in range(repeats):
+        t0 = time.monotonic()
+        for k in src:
+            dst[k].copy_(src[k])
+        out.append(time.monotonic() - t0)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--actors", type=int, default=4)
+    ap.add_argument("--small-versions", type=int, default=200)
+    ap.add_argument("--large-versions", type=int, default=15)
+    ap.add_argument("--shards", type=int, default=2, help="parameter-server shards per version")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    import ray
+
+    torch.set_num_threads(1)
+    ray.init(address="local", num_cpus=args.actors + 1, include_dashboard=False, log_to_driver=False)
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, address, token = start_worker(Path(tmp), "1GiB")
+        try:
+            for idx, (label, shapes) in enumerate(SIZES.items()):
+                n = args.small_versions if label.startswith("small") else args.large_versions
+                results[label] = {
+                    "kiloRL store": percentiles(bench_store(ray, args.actors, shapes, n, address, token, args.shards,
+                                                           f"bench{idx}")),
+                    "Ray broadcast": percentiles(bench_ray(ray, args.actors, shapes, n)),
+                    "memcpy floor": percentiles(bench_memcpy(shapes, n)),
+                }
+        finally:
+            proc.terminate()
+            proc.wait(30)
+            ray.shutdown()
+    print(f"Machine: {platform.node()}, {platform.machine()}, {args.actors} actors, {args.shards} shards. "
+          f"Command: `python benchmarks/param_sync_bench.py {' '.join(argv or sys.argv[1:])}`\n")
+    print("| policy | system | p50 (ms) | p99 (ms) | samples |\n|---|---|---|---|---|")
+    for label, rows in results.items():
+        for system, r in rows.items():
+            print(f"| {label} | {system} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['n']} |")
+        ratio = rows["Ray broadcast"]["p50_ms"] / rows["kiloRL store"]["p50_ms"]
+        print(f"| {label} | **speed vs Ray (p50 ratio)** | **{ratio:.2f}x** | | |")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
