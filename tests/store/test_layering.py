@@ -5,7 +5,8 @@ is written (top level, inside a function, under ``TYPE_CHECKING``), because an i
 hidden in a function is still a dependency. Two rules (docs/architecture.md, "Layers"):
 
 - no cycle among ``kilorl.store`` modules;
-- a module imports only from its own layer and the layers its layer may use (``ALLOWED``).
+- a module imports only from its own layer and the layers its layer may use (``ALLOWED``);
+- no module imports another module's private names, or reads them off an imported module.
 """
 
 from __future__ import annotations
@@ -135,6 +136,31 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
             if allowed is None or dep_layer not in allowed:
                 bad.append(f"{mod} ({layer}) imports {dep} ({dep_layer})")
     return bad
+
+
+def private_reads(module: str, path: Path) -> list[str]:
+    """``from kilorl.store.x import _name`` and ``x._name`` where ``x`` is an imported store module."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    aliases: set[str] = set()
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(PKG):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    bad.append(f"{module} imports {node.module}.{alias.name}")
+                aliases.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            aliases.update(a.asname or a.name for a in node.names if a.name.startswith(PKG))
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            bad.append(f"{module} reads {node.value.id}.{node.attr}")
+    return bad
+
+
+def test_no_module_reads_another_modules_private_names():
+    bad = [b for m, p in all_modules().items() for b in private_reads(m, p)]
+    assert not bad, "private names used across modules:\n" + "\n".join(bad)
 
 
 def test_every_module_belongs_to_a_known_layer():

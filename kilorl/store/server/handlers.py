@@ -2,37 +2,27 @@
 
 A handler gets the worker, the connection and the request header; it reads the payload
 itself when it needs one (straight into the arena for sets) and returns a ``Reply``.
-The table is plain data so a multi-node layer can add ops with ``Worker.register``.
+The table is plain data so a multi-node layer can add ops with ``Worker.register``; it
+never wraps these handlers: they call the worker's router (``router.py``) at fixed points.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kilorl.store.errors import InvalidRequest, KeyNotFound
-from kilorl.store.objects import ReadHandle, Region
-from kilorl.store.versioned import parse_version_key
+from kilorl.store.errors import InvalidRequest, KeyNotFound, ObjectLost, VersionGone
+from kilorl.store.local.objects import ReadHandle, Region
+from kilorl.store.local.versions import parse_version_key, version_key
+from kilorl.store.server.request import Handler, Reply, arg
 
 if TYPE_CHECKING:
-    from kilorl.store.worker import Connection, Worker
+    from kilorl.store.server.worker import Connection, Worker
 
 WRITE_MODES = {"none": None, "through": "through", "back": "back"}
-_MISSING = object()
 
 
-@dataclass
-class Reply:
-    """Response header, payload buffers, and a callback run after sending."""
-
-    header: dict[str, Any] = field(default_factory=dict)
-    buffers: list[Any] = field(default_factory=list)
-    after: Callable[[], None] | None = None
-
-
-Handler = Callable[["Worker", "Connection", dict[str, Any]], Reply]
 HANDLERS: dict[str, Handler] = {}
 
 
@@ -41,19 +31,6 @@ def op(name: str) -> Callable[[Handler], Handler]:
         HANDLERS[name] = fn
         return fn
     return deco
-
-
-def arg(header: dict[str, Any], name: str, types: type | tuple[type, ...], default: Any = _MISSING) -> Any:
-    """A validated request field; errors name the field."""
-    value = header.get(name, _MISSING)
-    if value is _MISSING or value is None:
-        if default is _MISSING:
-            raise InvalidRequest(f"{name}: required field missing")
-        return default
-    allowed = types if isinstance(types, tuple) else (types,)
-    if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
-        raise InvalidRequest(f"{name}: expected {types}, got {type(value).__name__}")
-    return value
 
 
 def _key(header: dict[str, Any]) -> str:
@@ -94,8 +71,6 @@ def _write_fields(w: Worker, header: dict[str, Any]) -> dict[str, Any]:
 
 def _finish_put(w: Worker, key: str, size: int, data: Region | bytearray, f: dict[str, Any]) -> Reply:
     if f["ver"] is not None:
-        from kilorl.store.versioned import version_key
-
         key = version_key(*f["ver"])
     obj, old = w.store.put(key, f["meta"], size, data, tier=f["tier"], ttl=f["ttl"], l2_mode=f["mode"], pin=f["pin"])
     l2 = w.store.l2
@@ -128,19 +103,35 @@ def _finish_put(w: Worker, key: str, size: int, data: Region | bytearray, f: dic
     return Reply({"gen": obj.gen})
 
 
+def _routed_write(w: Worker, key: str, write: Callable[[], Reply]) -> Reply:
+    """A user-key write between the router's begin/end, announced when it succeeded."""
+    if not key:  # a version of a published name: its own path
+        return write()
+    w.router.begin_write()
+    try:
+        reply = write()
+        w.router.announce(key)
+        return reply
+    finally:
+        w.router.end_write()
+
+
 @op("set")
 def set_(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     key = _key(h) if h.get("ver") is None else ""
-    f = _write_fields(w, h)
-    size = conn.fs.pending_payload
-    data = w.store.stage(size, f["tier"])
-    try:
-        conn.fs.read_payload_into(w.store.view(data) if isinstance(data, Region) else memoryview(data))
-    except BaseException:
-        if isinstance(data, Region):
-            w.store.release([data])
-        raise
-    return _finish_put(w, key, size, data, f)
+
+    def write() -> Reply:
+        f = _write_fields(w, h)
+        size = conn.fs.pending_payload
+        data = w.store.stage(size, f["tier"])
+        try:
+            conn.fs.read_payload_into(w.store.view(data) if isinstance(data, Region) else memoryview(data))
+        except BaseException:
+            if isinstance(data, Region):
+                w.store.release([data])
+            raise
+        return _finish_put(w, key, size, data, f)
+    return _routed_write(w, key, write)
 
 
 @op("alloc")
@@ -162,13 +153,16 @@ def commit(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     key = _key(h) if h.get("ver") is None else ""
     if ticket not in conn.allocs:
         raise InvalidRequest(f"ticket: unknown allocation {ticket}")
-    try:
-        f = _write_fields(w, h)
-    except BaseException:
-        w.store.release([conn.allocs.pop(ticket)])
-        raise
-    region = conn.allocs.pop(ticket)
-    return _finish_put(w, key, region.size, region, f)
+
+    def write() -> Reply:
+        try:
+            f = _write_fields(w, h)
+        except BaseException:
+            w.store.release([conn.allocs.pop(ticket)])
+            raise
+        region = conn.allocs.pop(ticket)
+        return _finish_put(w, key, region.size, region, f)
+    return _routed_write(w, key, write)
 
 
 @op("abort")
@@ -203,10 +197,22 @@ def _single_read(w: Worker, conn: Connection, h: dict[str, Any], handle: ReadHan
     return Reply(item, bufs, (lambda: w.store.release(regions)) if regions else None)
 
 
+def acquire_routed(w: Worker, key: str, timeout: float | None) -> ReadHandle:
+    """The local bytes of ``key``, first pulled from wherever the router finds them."""
+    for attempt in range(3):
+        waited = w.router.ensure_local(key, timeout)
+        try:
+            return w.store.acquire(key, None if waited else timeout)
+        except KeyNotFound:
+            if not waited or attempt == 2:
+                raise  # else: invalidated between the pull and the read: resolve again
+    raise AssertionError("unreachable")
+
+
 @op("get")
 def get(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     timeout = arg(h, "timeout", (int, float), None)
-    return _single_read(w, conn, h, w.store.acquire(_key(h), timeout))
+    return _single_read(w, conn, h, acquire_routed(w, _key(h), timeout))
 
 
 @op("mget")
@@ -215,6 +221,12 @@ def mget(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     zc = arg(h, "zc", int, None)
     if not all(isinstance(k, str) for k in keys):
         raise InvalidRequest("keys: every key must be a string")
+    for k in keys:
+        if k and not k.startswith("\x00"):
+            try:
+                w.router.ensure_local(k, None)
+            except (KeyNotFound, ObjectLost):
+                pass
     items, bufs, regions = [], [], []
     try:
         for k in keys:
@@ -235,43 +247,49 @@ def mget(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
 
 @op("delete")
 def delete(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
-    keys = [k for k in arg(h, "keys", list) if isinstance(k, str) and not k.startswith("\x00")]
+    keys = [k for k in arg(h, "keys", list) if isinstance(k, str) and k and not k.startswith("\x00")]
+    present = {k for k, ok in zip(keys, w.store.exists(keys)) if ok}
     n, l2_keys = w.store.delete(keys)
     w.delete_l2(l2_keys)
-    return Reply({"n": n})
+    return Reply({"n": w.router.on_delete(keys, present, n)})
 
 
 @op("exists")
 def exists(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
-    return Reply({"found": w.store.exists([k for k in arg(h, "keys", list) if isinstance(k, str)])})
+    keys = [k for k in arg(h, "keys", list) if isinstance(k, str)]
+    return Reply({"found": [here or w.router.exists_elsewhere(k) for k, here in zip(keys, w.store.exists(keys))]})
 
 
 @op("expire")
 def expire(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
-    return Reply({"found": w.store.expire(_key(h), _ttl(h))})
+    return Reply({"found": w.keyspace.expire(_key(h), _ttl(h))})
 
 
 @op("keys")
 def keys(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
-    return Reply({"keys": w.store.keys(arg(h, "prefix", str, ""))})
+    local = w.keyspace.keys(arg(h, "prefix", str, ""))
+    return Reply({"keys": local if h.get("local_only") else w.router.list_keys(arg(h, "prefix", str, ""), local)})
 
 
 @op("pin")
 def pin(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
-    w.store.pin(_key(h), bool(h.get("on", True)))
+    w.keyspace.pin(_key(h), bool(h.get("on", True)))
     return Reply()
 
 
 @op("locate")
 def locate(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
-    return Reply(w.store.locate(_key(h)))
+    return Reply(w.keyspace.locate(_key(h)))
 
 
 @op("stats")
 def stats(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
-    s = w.store.stats()
+    s = w.keyspace.stats()
     s.update(pid=w.pid, clients=len(w.connections), arena=str(w.arena.path), versions=w.versions.names(),
              streams=sorted(w.streams.streams), leases=sum(len(c.leases) for c in list(w.connections.values())))
+    info = w.router.info()
+    if info is not None:
+        s["cluster"] = info
     return Reply(s)
 
 
@@ -306,8 +324,6 @@ def get_version(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
             handle = w.store.acquire(key)
         except KeyNotFound:
             if version is not None:
-                from kilorl.store.errors import VersionGone
-
                 raise VersionGone(f"{name!r} version {version} was reclaimed") from None
             continue
         reply = _single_read(w, conn, h, handle)

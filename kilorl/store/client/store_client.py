@@ -23,9 +23,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from kilorl.store import serialization
-from kilorl.store.arena import Arena
-from kilorl.store.config import default_run_dir
 from kilorl.store.errors import (
     ConnectionLost,
     InvalidRequest,
@@ -34,7 +31,10 @@ from kilorl.store.errors import (
     WorkerLeaving,
     error_from_code,
 )
-from kilorl.store.protocol import FramedSocket, host_identity, is_loopback, parse_address
+from kilorl.store.wire import codec as serialization
+from kilorl.store.wire.protocol import FramedSocket, host_identity, is_loopback, parse_address
+from kilorl.store.wire.rundir import default_run_dir
+from kilorl.store.wire.shm import Arena
 
 
 class WriteMode(enum.Enum):
@@ -206,7 +206,7 @@ class StoreClient:
                 self._released.append(item["lease"])
             return serialization.decode(meta, memoryview(holder).cast("B"))
         if "cuda_ipc" in item:  # UNTESTED here: needs a CUDA machine
-            from kilorl.store.tiers.device import open_ipc_handle
+            from kilorl.store.wire.cuda_ipc import open_ipc_handle
 
             return serialization.decode_device(meta, open_ipc_handle(item["cuda_ipc"]))
         return serialization.decode(meta, payload[offset:offset + size] if payload is not None else memoryview(b""))
