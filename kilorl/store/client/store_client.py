@@ -244,6 +244,24 @@ class StoreClient:
             return self._materialize(resp, payload)
         return self._retrying(once)
 
+    def get_range(self, key: str, offset: int, length: int) -> memoryview:
+        """``length`` bytes of ``key`` from byte ``offset`` on, as a read-only buffer (a
+        zero-copy view of the local arena for large ranges). From a remote holder only these
+        bytes move. ``describe`` gives the offsets of a stored dict's tensors."""
+        def once() -> Any:
+            resp, payload = self._call({"op": "get_range", "key": key, "offset": offset, "length": length,
+                                        "zc": self._zc()})
+            return self._materialize(resp, payload)
+        return self._retrying(once)
+
+    def describe(self, key: str) -> dict[str, Any]:
+        """What ``key`` holds without reading it: ``type`` and ``size``; arrays/tensors add
+        ``dtype`` and ``shape``; a dict adds ``entries``: name -> ``kind``, ``dtype``,
+        ``shape``, byte ``offset`` and ``nbytes``."""
+        resp, _ = self._retrying(lambda: self._call({"op": "describe", "key": key}))
+        resp.pop("ok", None)
+        return resp
+
     def mset(self, items: dict[str, Any], write_mode: WriteMode = WriteMode.NONE_L2, ttl: float | None = None,
              tier: str | None = None) -> None:
         for key, value in items.items():

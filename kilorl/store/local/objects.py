@@ -416,6 +416,17 @@ class ObjectStore:
         except (StoreFullError, OSError):
             pass  # stays where it is; served from there
 
+    def retain(self, region: Region) -> None:
+        """One more reference to ``region`` (released with ``release``)."""
+        with self.lock:
+            region.refs += 1
+
+    def peek(self, key: str) -> tuple[dict[str, Any], int] | None:
+        """(meta, size) of a live object without reading or promoting it."""
+        with self.lock:
+            obj = self.live(key)
+            return (obj.meta, obj.size) if obj is not None else None
+
     def release(self, regions: list[Region]) -> None:
         with self.lock:
             for r in regions:

@@ -28,13 +28,14 @@ from typing import Any
 from kilorl.store.errors import (
     ConfigError,
     ConnectionLost,
+    InvalidRequest,
     KeyNotFound,
     ObjectLost,
     StaleCopy,
     StoreError,
     WorkerLeaving,
 )
-from kilorl.store.local.objects import Region
+from kilorl.store.local.objects import ReadHandle, Region
 from kilorl.store.mesh import transfer
 from kilorl.store.mesh.copies import LocalCopies
 from kilorl.store.mesh.links import MeshLinks
@@ -110,8 +111,8 @@ class MeshNode(Router):
         self.leaving = threading.Event()
         self._writes = 0
         self._writes_cond = threading.Condition()
-        self.counters = {"remote_gets": 0, "l2_loads": 0, "records_received": 0, "records_sent": 0,
-                         "handed_off": 0}
+        self.counters = {"remote_gets": 0, "remote_ranges": 0, "l2_loads": 0, "records_received": 0,
+                         "records_sent": 0, "handed_off": 0}
         if cfg.head:
             self.metastore = BuiltinMetastore()
             service = MetastoreService(self.metastore)
@@ -175,6 +176,54 @@ class MeshNode(Router):
             if resp.get("prev_l2") and self.store.l2 is not None:
                 self.store.l2.delete(key)
         return n
+
+    def describe_remote(self, key: str) -> tuple[dict[str, Any], int] | None:
+        located = self.lookup(key, set(), register=False)
+        if located is None:
+            return None
+        if located.rec.lost:
+            raise ObjectLost(f"key {key!r} was held only by worker {located.rec.holder}, which died")
+        return located.rec.meta, located.rec.size
+
+    def read_range(self, key: str, offset: int, length: int) -> ReadHandle | None:
+        """Pulls ``length`` bytes at ``offset`` of ``key`` from a worker holding it (the holder
+        first, then other copies), or from the shared L2 directory, into this worker's arena."""
+        located = self.lookup(key, set(), register=False)
+        if located is None:
+            return None
+        rec = located.rec
+        if rec.lost:
+            raise ObjectLost(f"key {key!r} was held only by worker {rec.holder}, which died")
+        if offset + length > rec.size:
+            raise InvalidRequest(f"offset/length: [{offset}, {offset + length}) is outside {key!r} ({rec.size} bytes)")
+        data = self.store.stage(length)
+        view = self.store.view(data) if isinstance(data, Region) else memoryview(data)
+        try:
+            self._fill_range(rec, offset, view)
+        except BaseException:
+            if isinstance(data, Region):
+                self.store.release([data])
+            raise
+        if isinstance(data, Region):
+            return ReadHandle({"k": "bytes"}, length, "dram", region=data)
+        return ReadHandle({"k": "bytes"}, length, "dram", data=view)
+
+    def _fill_range(self, rec: MetaRecord, offset: int, view: memoryview) -> None:
+        live = self.membership.view.members
+        sources = [m for m in dict.fromkeys([rec.holder, *rec.copies]) if m and m != self.id and m in live]
+        last: Exception | None = None
+        for source in sources:
+            try:
+                transfer.fetch_range(self.pool, self.address_of(source), rec.key, rec.ver, offset, view,
+                                     self.cfg.chunk_size)
+                self.counters["remote_ranges"] += 1
+                return
+            except (ConnectionLost, StaleCopy, KeyNotFound) as exc:
+                last = exc
+        if rec.durable and transfer.read_l2_range(self.store, rec.key, offset, view):
+            return
+        raise ObjectLost(f"key {rec.key!r}: no worker holding it could serve [{offset}, {offset + len(view)})"
+                         f" ({last})")
 
     def exists_elsewhere(self, key: str) -> bool:
         located = self.lookup(key, set(), register=False)

@@ -74,18 +74,7 @@ def pull(copies: LocalCopies, pool: PeerPool, chunk: int, key: str, ver: int, si
         copies.inflight[key] = infl
     ok = False
     try:
-        if size:
-            offsets = list(range(0, size, chunk))
-            with pool.conn(source) as c:
-                sent = 0
-                for i, off in enumerate(offsets):
-                    while sent < len(offsets) and sent < i + WINDOW:
-                        o = offsets[sent]
-                        c.send({"op": "c.fetch", "key": key, "ver": ver, "off": o, "len": min(chunk, size - o)})
-                        sent += 1
-                    end = min(off + chunk, size)
-                    c.recv(view[off:end])
-                    infl.advance(end)
+        fetch_range(pool, source, key, ver, 0, view, chunk, infl.advance)
         copies.keep(key, ver, meta, size, data)
         ok = True
     except BaseException:
@@ -97,6 +86,46 @@ def pull(copies: LocalCopies, pool: PeerPool, chunk: int, key: str, ver: int, si
         with copies.lock:
             if copies.inflight.get(key) is infl:
                 del copies.inflight[key]
+
+
+def fetch_range(pool: PeerPool, source: str, key: str, ver: int, offset: int, into: memoryview, chunk: int,
+                progress: Any = None) -> None:
+    """Fills ``into`` with the bytes of ``key`` at ``ver`` from ``offset`` on, asked of the
+    worker at ``source`` in ``chunk``-sized requests, ``WINDOW`` of them in flight."""
+    size = len(into)
+    if not size:
+        return
+    offsets = list(range(0, size, chunk))
+    with pool.conn(source) as c:
+        sent = 0
+        for i, off in enumerate(offsets):
+            while sent < len(offsets) and sent < i + WINDOW:
+                o = offsets[sent]
+                c.send({"op": "c.fetch", "key": key, "ver": ver, "off": offset + o, "len": min(chunk, size - o)})
+                sent += 1
+            end = min(off + chunk, size)
+            c.recv(into[off:end])
+            if progress is not None:
+                progress(end)
+
+
+def read_l2_range(store: ObjectStore, key: str, offset: int, into: memoryview) -> bool:
+    """Reads bytes of ``key`` from its file in the shared L2 directory; False if none."""
+    if store.l2 is None:
+        return False
+    path = store.l2.path_of(key)
+    try:
+        with open(path, "rb", buffering=0) as f:
+            try:
+                h, data_offset = L2Store.read_header(f)
+            except ValueError:
+                raise StoreError(f"L2 file of {key!r} is corrupt (bad magic)") from None
+        if h.get("key") != key:
+            return False
+        L2Store.read_into(str(path), data_offset + offset, into)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def serve_chunk(copies: LocalCopies, key: str, ver: int, off: int, length: int,

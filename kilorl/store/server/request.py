@@ -6,6 +6,7 @@ Shared by the worker's own handlers and by the op tables that layers above add
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,18 @@ Handler = Callable[[Any, Any, dict[str, Any]], Reply]
 """``handler(worker, connection, header) -> Reply``."""
 
 
+class OpTable(dict):
+    """op name -> handler; ``@table.op("get")`` registers a handler."""
+
+    def op(self, name: str) -> Callable[[Handler], Handler]:
+        def deco(fn: Handler) -> Handler:
+            if name in self:
+                raise ValueError(f"op {name!r} registered twice")
+            self[name] = fn
+            return fn
+        return deco
+
+
 def arg(header: dict[str, Any], name: str, types: type | tuple[type, ...], default: Any = _MISSING) -> Any:
     """A validated request field; errors name the field."""
     value = header.get(name, _MISSING)
@@ -39,3 +52,19 @@ def arg(header: dict[str, Any], name: str, types: type | tuple[type, ...], defau
     if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
         raise InvalidRequest(f"{name}: expected {types}, got {type(value).__name__}")
     return value
+
+
+def user_key(header: dict[str, Any]) -> str:
+    key = arg(header, "key", str)
+    if not key or len(key) > 4096:
+        raise InvalidRequest("key: must be a non-empty string of at most 4096 characters")
+    if key.startswith("\x00"):
+        raise InvalidRequest("key: keys starting with NUL are reserved (versioned objects)")
+    return key
+
+
+def ttl_field(header: dict[str, Any]) -> float | None:
+    ttl = arg(header, "ttl", (int, float), None)
+    if ttl is not None and (not math.isfinite(ttl) or ttl <= 0):
+        raise InvalidRequest(f"ttl: must be a positive number of seconds, got {ttl}")
+    return ttl

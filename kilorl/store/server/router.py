@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kilorl.store.local.objects import ReadHandle
+
 
 class Router:
     """Hooks the op handlers call; this base class is the behaviour of a worker alone."""
@@ -42,12 +44,13 @@ class Router:
         """All keys under ``prefix`` wherever they are held, given the local ones."""
         return local
 
-    def describe_remote(self, key: str) -> dict[str, Any] | None:
-        """(size, meta) of a key held elsewhere, without moving its bytes; None if unknown."""
+    def describe_remote(self, key: str) -> tuple[dict[str, Any], int] | None:
+        """(meta, size) of a key held elsewhere, without moving its bytes; None if unknown."""
         return None
 
-    def read_range(self, key: str, offset: int, length: int) -> tuple[dict[str, Any], memoryview] | None:
-        """``length`` bytes at ``offset`` of a key held elsewhere (only those bytes move)."""
+    def read_range(self, key: str, offset: int, length: int) -> ReadHandle | None:
+        """``length`` bytes at ``offset`` of a key held elsewhere, pulled into this worker
+        (only those bytes move); the handle owns them. None: the key is nowhere else."""
         return None
 
     def info(self) -> dict[str, Any] | None:
