@@ -14,10 +14,10 @@ import statistics
 import time
 import uuid
 
-from kilorl.store.membership import ClusterView, MemberInfo, Membership, MembershipConfig
+from kilorl.store.mesh.membership import MemberInfo, Membership, MembershipConfig, MeshView
+from kilorl.store.mesh.ring import HashRing, diff
 from kilorl.store.metastore import open_metastore
 from kilorl.store.metastore.etcd_process import EtcdProcess
-from kilorl.store.ring import HashRing, diff
 
 
 def median_of(repeats, fn):
@@ -34,7 +34,8 @@ def ring_numbers(repeats):
     rows = []
     for n in (4, 64, 512):
         members = [f"w{i}" for i in range(n)]
-        rows.append((f"build ring, {n} members x 256 vnodes", f"{median_of(repeats, lambda: timed(lambda: HashRing(members))) * 1e3:.1f} ms"))
+        build = median_of(repeats, lambda members=members: timed(lambda: HashRing(members)))
+        rows.append((f"build ring, {n} members x 256 vnodes", f"{build * 1e3:.1f} ms"))
     ring = HashRing([f"w{i}" for i in range(64)])
     keys = [f"param/layer{i}/shard" for i in range(100_000)]
 
@@ -45,9 +46,8 @@ def ring_numbers(repeats):
     rows.append(("owner() lookups, 64 members", f"{median_of(repeats, lookups) / 1e3:.0f} k/s"))
     grown = ring.with_member("w64")
     for replicas in (1, 3):
-        rows.append(
-            (f"diff 64 -> 65 members, replicas={replicas}", f"{median_of(repeats, lambda: timed(lambda: diff(ring, grown, replicas))) * 1e3:.1f} ms")
-        )
+        took = median_of(repeats, lambda replicas=replicas: timed(lambda: diff(ring, grown, replicas)))
+        rows.append((f"diff 64 -> 65 members, replicas={replicas}", f"{took * 1e3:.1f} ms"))
     return rows
 
 
@@ -60,7 +60,8 @@ def metastore_numbers(url, label, repeats):
             t = timed(lambda: [op(i) for i in range(count)])
             return count / t
 
-        rows.append((f"{label}: put", f"{median_of(repeats, lambda: rate(lambda i: store.put(ns + b'k%d' % i, b'v'))):.0f} ops/s"))
+        puts = median_of(repeats, lambda: rate(lambda i: store.put(ns + b"k%d" % i, b"v")))
+        rows.append((f"{label}: put", f"{puts:.0f} ops/s"))
         rows.append((f"{label}: get", f"{median_of(repeats, lambda: rate(lambda i: store.get(ns + b'k%d' % i))):.0f} ops/s"))
         store.put(ns + b"cas", b"0")
 
@@ -88,7 +89,7 @@ def metastore_numbers(url, label, repeats):
             doomed = Membership(store, MemberInfo("b", "127.0.0.1:2"), config)
             survivor.join()
             doomed.join()
-            view = ClusterView(store, config).start()
+            view = MeshView(store, config).start()
             t = time.perf_counter()
             doomed.abandon()
             view.wait_for(lambda s: "b" not in s.ring, timeout=ttl + 10)

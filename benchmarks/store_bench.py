@@ -175,7 +175,7 @@ class Memcpy:
 # -- measurements ------------------------------------------------------------------------
 def bench_set(sys_, value, n):
     t0 = time.perf_counter()
-    for i in range(n):
+    for _ in range(n):
         sys_.set("bench/set", value)
     dt = time.perf_counter() - t0
     return n / dt
@@ -298,8 +298,9 @@ def run(args) -> dict:
     sizes = {k: SIZES[k] for k in args.sizes.split(",")}
     biggest = max(sizes.values())
     tmp = Path(tempfile.mkdtemp(prefix="store-bench-"))
+    ram_gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)
     results: dict = {"machine": f"{platform.node()} {platform.processor() or platform.machine()}, "
-                                f"{os.cpu_count()} cpus, {round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB RAM",
+                                f"{os.cpu_count()} cpus, {ram_gib} GiB RAM",
                      "runs": args.runs, "sizes": {}, "per_run": {}}
     systems = []
     try:

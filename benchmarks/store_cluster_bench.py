@@ -164,7 +164,7 @@ def bench_fanout(base: Path, metastore: str, runs: int, fanout: int, size: int =
             barrier = threading.Barrier(len(clients) + 1)
             errors: list[Exception] = []
 
-            def read(c) -> None:
+            def read(c, barrier=barrier, errors=errors, i=i) -> None:
                 barrier.wait()
                 try:
                     v = c.get("param")
@@ -197,7 +197,7 @@ def bench_fanout(base: Path, metastore: str, runs: int, fanout: int, size: int =
 
 
 def bench_migration(base: Path, metastore: str, runs: int, keys: int = 10_000) -> dict:
-    from kilorl.store.ring import HashRing
+    from kilorl.store.mesh.ring import HashRing
 
     cluster = Cluster(base, metastore, "128MiB")
     joins, leaves = [], []

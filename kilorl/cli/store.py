@@ -70,8 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _config(args: argparse.Namespace):
-    from kilorl.store.config import WorkerConfig
     from kilorl.store.errors import ConfigError
+    from kilorl.store.local.config import WorkerConfig
 
     rules = []
     for rule in args.tier_rule:
@@ -93,17 +93,17 @@ def _cluster_config(args: argparse.Namespace):
     if not (args.head or args.join or args.metastore):
         return None
     from kilorl.store.errors import ConfigError
-    from kilorl.store.node import ClusterConfig
+    from kilorl.store.mesh.node import MeshConfig
 
     name = args.cluster_name or "default"
     if not name.replace("-", "").replace("_", "").isalnum():
         raise ConfigError(f"cluster_name: use letters, digits, '-' and '_', got {name!r}")
-    return ClusterConfig(head=args.head, join=args.join, metastore=args.metastore, member_id=args.member_id,
-                         lease_ttl=args.lease_ttl, fanout=args.fanout, prefix=f"/kilorl/store/{name}/")
+    return MeshConfig(head=args.head, join=args.join, metastore=args.metastore, member_id=args.member_id,
+                      lease_ttl=args.lease_ttl, fanout=args.fanout, prefix=f"/kilorl/store/{name}/")
 
 
 def _run_dir(args: argparse.Namespace) -> Path:
-    from kilorl.store.config import default_run_dir
+    from kilorl.store.wire.rundir import default_run_dir
 
     return Path(args.run_dir) if args.run_dir else default_run_dir(args.port)
 
@@ -142,7 +142,7 @@ def _start(args: argparse.Namespace) -> int:
         print(f"kilorl store start: {exc}", file=sys.stderr)
         return 2
     if args.foreground:
-        from kilorl.store.worker import run_worker
+        from kilorl.store.mesh.launch import run_worker
 
         logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
         try:
@@ -244,7 +244,7 @@ def _status(args: argparse.Namespace) -> int:
 def _print_cluster(cl: dict, args: argparse.Namespace) -> None:
     """Ring, members and per-member usage, asking every member for its own numbers."""
     from kilorl.store.errors import StoreError
-    from kilorl.store.peers import PeerConn
+    from kilorl.store.wire.peers import PeerConn
 
     print(f"cluster: member {cl['id']}  ring epoch {cl['epoch']}  metastore {cl['metastore']}  "
           f"vnodes {cl['ring']['vnodes']}")

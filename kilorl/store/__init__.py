@@ -26,7 +26,7 @@ from kilorl.store.errors import (
 _LAZY = {
     "StoreClient": ("kilorl.store.client", "StoreClient"),
     "WriteMode": ("kilorl.store.client", "WriteMode"),
-    "WorkerConfig": ("kilorl.store.config", "WorkerConfig"),
+    "WorkerConfig": ("kilorl.store.local.config", "WorkerConfig"),
     "DsClient": ("kilorl.store.facade", "DsClient"),
 }
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from kilorl.store.membership import MemberInfo, Membership, MembershipConfig
+from kilorl.store.mesh.membership import MemberInfo, Membership, MembershipConfig
 from kilorl.store.metastore import open_metastore
 
 

@@ -13,21 +13,21 @@ from pathlib import Path
 
 import pytest
 
-from kilorl.store.membership import (
-    ClusterView,
+from kilorl.store.mesh.membership import (
     MalformedRing,
     MemberIdInUse,
     MemberInfo,
     Membership,
     MembershipConfig,
     MembershipError,
+    MeshView,
     RingChange,
     RingState,
     update_ring,
 )
+from kilorl.store.mesh.ring import HashRing, diff, key_position
 from kilorl.store.metastore import MetastoreUnavailable, open_metastore
 from kilorl.store.metastore.etcd_process import EtcdProcess
-from kilorl.store.ring import HashRing, diff, key_position
 from tests.store.etcd_fixture import etcd_server  # noqa: F401  (fixture)
 
 MEMBER_PROC = Path(__file__).with_name("member_proc.py")
@@ -84,7 +84,7 @@ def _member(backend, config, member_id: str) -> Membership:
     return Membership(backend.store(), MemberInfo(member_id, f"127.0.0.1:{abs(hash(member_id)) % 60000}"), config)
 
 
-def _recorder(view: ClusterView) -> list[RingChange]:
+def _recorder(view: MeshView) -> list[RingChange]:
     changes: list[RingChange] = []
     view.subscribe(changes.append)
     return changes
@@ -103,7 +103,7 @@ def _assert_moves_match_brute_force(change: RingChange, replicas: int = 1) -> No
 
 
 def test_join_and_leave_commit_one_epoch_each(backend, config):
-    view = ClusterView(backend.store(), config).start()
+    view = MeshView(backend.store(), config).start()
     changes = _recorder(view)
     a, b = _member(backend, config, "a"), _member(backend, config, "b")
     try:
@@ -133,7 +133,7 @@ def test_join_and_leave_commit_one_epoch_each(backend, config):
 
 def test_concurrent_joins_from_threads_keep_every_member(backend, config):
     n = 8
-    view = ClusterView(backend.store(), config).start()
+    view = MeshView(backend.store(), config).start()
     changes = _recorder(view)
     members = [_member(backend, config, f"w{i}") for i in range(n)]
     barrier = threading.Barrier(n)
@@ -170,7 +170,7 @@ def test_concurrent_joins_from_threads_keep_every_member(backend, config):
 
 
 def test_member_whose_heartbeat_stops_is_removed_within_seconds(backend, config):
-    view = ClusterView(backend.store(), config).start()
+    view = MeshView(backend.store(), config).start()
     changes = _recorder(view)
     survivors = [_member(backend, config, name) for name in ("a", "b")]
     doomed = _member(backend, config, "c")
@@ -228,7 +228,7 @@ class RingChangeProbe:
 
 
 def test_member_that_loses_its_lease_rejoins(backend, config):
-    view = ClusterView(backend.store(), config).start()
+    view = MeshView(backend.store(), config).start()
     changes = _recorder(view)
     a, b = _member(backend, config, "a"), _member(backend, config, "b")
     try:
@@ -295,7 +295,7 @@ def _kill_all(procs):
 def test_concurrent_joins_from_processes_on_etcd(etcd_server):  # noqa: F811
     config = MembershipConfig(prefix=f"/kilorl/test-{uuid.uuid4().hex}/", lease_ttl=2)
     store = open_metastore(etcd_server.url)
-    view = ClusterView(store, config).start()
+    view = MeshView(store, config).start()
     changes = _recorder(view)
     procs = [_spawn_member(etcd_server.url, f"p{i}", config) for i in range(4)]
     try:
@@ -343,7 +343,7 @@ def test_view_catches_up_after_etcd_restarts(tmp_path):
     config = MembershipConfig(prefix="/kilorl/restart/", lease_ttl=2)
     with EtcdProcess(data_dir=tmp_path / "etcd") as etcd:
         watcher_store, writer = open_metastore(etcd.url), open_metastore(etcd.url)
-        view = ClusterView(watcher_store, config).start()
+        view = MeshView(watcher_store, config).start()
         changes = _recorder(view)
         try:
             for name in ("x", "y"):  # lease-less records: these members survive the outage
@@ -393,7 +393,7 @@ def test_join_twice_is_an_error_and_a_failed_join_leaves_nothing_behind(backend,
 def test_malformed_ring_record_is_reported_and_the_view_keeps_the_last_good_ring(backend, config):
     a = _member(backend, config, "a")
     a.join()
-    view = ClusterView(backend.store(), config).start()
+    view = MeshView(backend.store(), config).start()
     try:
         store = backend.store()
         store.put(config.ring_key, b"{not json")

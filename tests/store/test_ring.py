@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from kilorl.store.ring import (
+from kilorl.store.mesh.ring import (
     RING_SIZE,
     HashRing,
     diff,
@@ -95,7 +95,7 @@ def test_owners_identical_in_another_interpreter_with_other_hash_seed():
     keys = KEYS[:500] + ["", "ünïcødé", "a/b/c"]
     script = (
         "import json,sys\n"
-        "from kilorl.store.ring import HashRing\n"
+        "from kilorl.store.mesh.ring import HashRing\n"
         "keys, members = json.load(sys.stdin)\n"
         "r = HashRing(members)\n"
         "print(json.dumps([r.owner(k) for k in keys]))\n"

@@ -199,7 +199,7 @@ def test_bad_cluster_requests_get_errors_and_the_worker_keeps_serving(cluster_of
     from store_helpers import TOKEN
 
     from kilorl.store.errors import InvalidRequest, StoreError
-    from kilorl.store.peers import PeerConn
+    from kilorl.store.wire.peers import PeerConn
 
     cluster = cluster_of("builtin")
     a, b = cluster.start(2)
@@ -243,7 +243,7 @@ def test_fanout_relay_bounds_copies_sent_by_the_source(cluster_of):
         barrier = threading.Barrier(len(clients))
         results: list = [None] * len(clients)
 
-        def read(i: int) -> None:
+        def read(i: int, barrier: threading.Barrier = barrier, results: list = results) -> None:
             barrier.wait()
             try:
                 results[i] = np.array_equal(clients[i].get("param"), value)

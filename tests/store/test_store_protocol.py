@@ -10,7 +10,7 @@ import pytest
 from store_helpers import wait_until
 
 from kilorl.store import AuthError, ConfigError, InvalidRequest, WorkerConfig
-from kilorl.store.protocol import MAGIC, PREFIX, VERSION
+from kilorl.store.wire.protocol import MAGIC, PREFIX, VERSION
 
 
 def frame(header: dict, payload: bytes = b"", magic: bytes = MAGIC, plen: int | None = None) -> bytes:

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from kilorl.store import InvalidRequest
-from kilorl.store.arena import Allocator
-from kilorl.store.serialization import decode, decode_device, encode
+from kilorl.store.local.arena import Allocator
+from kilorl.store.wire.codec import decode, decode_device, encode
 
 
 def payload_of(value) -> tuple[dict, bytearray]:

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from store_helpers import run_python, wait_until
 
-from kilorl.store.arena import Arena
+from kilorl.store.wire.shm import Arena
 
 
 def arena_base(client) -> int:

@@ -143,11 +143,11 @@ class Watch:
         self._error: MetastoreError | None = None
 
     # -- backend side --------------------------------------------------------------------
-    def _push(self, events: list[WatchEvent]) -> None:
+    def push(self, events: list[WatchEvent]) -> None:
         if events and not self._closed.is_set():
             self._queue.put(events)
 
-    def _fail(self, error: MetastoreError) -> None:
+    def fail(self, error: MetastoreError) -> None:
         if self._error is None:
             self._error = error
         self._queue.put(self._END)
@@ -174,14 +174,13 @@ class Watch:
                 batch = self.get()
             except WatchClosed:
                 return
-            for event in batch or ():
-                yield event
+            yield from batch or ()
 
     def close(self) -> None:
         if not self._closed.is_set():
             self._closed.set()
             self._cancel()
-            self._fail(WatchClosed(f"watch on {self.prefix!r} closed"))
+            self.fail(WatchClosed(f"watch on {self.prefix!r} closed"))
 
     def _cancel(self) -> None:
         """Backend hook: stop producing events."""
@@ -252,7 +251,7 @@ class Metastore(abc.ABC):
     def revision(self) -> int:
         """The store's current revision."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: most backends have something to release
         """Release connections and background threads."""
 
     def __enter__(self) -> Metastore:

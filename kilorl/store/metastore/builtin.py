@@ -89,7 +89,7 @@ class BuiltinMetastore(Metastore):
         """Record one revision's events and push them to matching watchers."""
         self._history.append((self._revision, events))
         for watch in self._watchers:
-            watch._push([e for e in events if e.kv.key.startswith(watch.prefix)])
+            watch.push([e for e in events if e.kv.key.startswith(watch.prefix)])
 
     def _put_locked(self, key: bytes, value: bytes, lease: int) -> int:
         if lease and lease not in self._leases:
@@ -254,7 +254,7 @@ class BuiltinMetastore(Metastore):
                     raise CompactedError(f"revision {start_revision} is compacted; oldest retained is {oldest}")
                 for revision, events in self._history:
                     if revision >= start_revision:
-                        watch._push([e for e in events if e.kv.key.startswith(prefix)])
+                        watch.push([e for e in events if e.kv.key.startswith(prefix)])
             self._watchers.append(watch)
             return watch
 

@@ -107,13 +107,13 @@ class _EtcdWatch(Watch):
                     WatchEvent("DELETE" if e.get("type") == "DELETE" else "PUT", _kv(e.get("kv", {})))
                     for e in result.get("events", ())
                 ]
-                self._push(events)
+                self.push(events)
         except MetastoreError as exc:
             if not self.closed:
-                self._fail(exc)
+                self.fail(exc)
         except Exception as exc:  # noqa: BLE001 - any stream failure ends the watch, loudly
             if not self.closed:
-                self._fail(MetastoreUnavailable(f"etcd watch stream failed: {exc!r}"))
+                self.fail(MetastoreUnavailable(f"etcd watch stream failed: {exc!r}"))
         finally:
             self._conn.close()  # only this thread touches the response
 
@@ -311,7 +311,7 @@ class EtcdMetastore(Metastore):
             conn.sock.settimeout(None)  # a watch may stay quiet for a long time
         watch = _EtcdWatch(bytes(prefix), conn, response)
         if first.get("canceled"):
-            watch._fail(CompactedError(f"revision {start_revision} is compacted"))
+            watch.fail(CompactedError(f"revision {start_revision} is compacted"))
         with self._lock:
             self._watches = [w for w in self._watches if not w.closed]
             self._watches.append(watch)

@@ -25,7 +25,7 @@ from kilorl.store.metastore.base import (
     check_ttl,
     check_value,
 )
-from kilorl.store.peers import PeerConn, PeerPool
+from kilorl.store.wire.peers import PeerConn, PeerPool
 
 
 class RemoteMetastore(Metastore):
@@ -126,12 +126,12 @@ class _RemoteWatch(Watch):
                 resp, _ = self._conn.call({"op": "meta.poll", "id": self._wid, "timeout": 0.5})
             except StoreError as exc:
                 if not self.closed:
-                    self._fail(MetastoreUnavailable(f"watch stream from head lost: {exc}"))
+                    self.fail(MetastoreUnavailable(f"watch stream from head lost: {exc}"))
                 return
             if "merr" in resp:
-                self._fail(wire.ERRORS.get(resp["merr"], wire.ERRORS["metastore"])(resp.get("msg", "")))
+                self.fail(wire.ERRORS.get(resp["merr"], wire.ERRORS["metastore"])(resp.get("msg", "")))
                 return
-            self._push([wire.event_in(e) for e in resp["events"]])
+            self.push([wire.event_in(e) for e in resp["events"]])
 
     def _cancel(self) -> None:
         try:

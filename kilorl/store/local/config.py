@@ -6,14 +6,13 @@ under ``disk_dir`` for disk, the device's memory for the device tier.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kilorl.store.errors import ConfigError
+from kilorl.store.wire.rundir import default_run_dir
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
           "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "t": 1000**4, "tb": 1000**4, "tib": 1024**4}
@@ -30,11 +29,6 @@ def parse_size(text: str | int, field_name: str = "size") -> int:
     if not m or m.group(2).lower() not in _UNITS:
         raise ConfigError(f"{field_name}: cannot parse size {text!r} (examples: 4096, 512MiB, 8GiB)")
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-
-
-def default_run_dir(port: int) -> Path:
-    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    return Path(base) / f"kilorl-store-{os.getuid()}-{port}"
 
 
 def _ratio(value: float, field_name: str) -> float:
@@ -128,7 +122,7 @@ class WorkerConfig:
             raise ConfigError("disk_dir: --disk-size/--ssd-ratio need --disk-dir")
         dev = 0
         if self.device:
-            from kilorl.store.tiers.device import device_capacity
+            from kilorl.store.local.tiers.device import device_capacity
 
             physical = device_capacity(self.device)  # fails clearly for unknown/unavailable devices
             if self.device_size is not None:
@@ -159,6 +153,6 @@ class ResolvedConfig:
 
 
 def _is_loopback(host: str) -> bool:
-    from kilorl.store.protocol import is_loopback
+    from kilorl.store.wire.protocol import is_loopback
 
     return is_loopback(host)

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from kilorl.store.errors import ConnectionLost, ProtocolError, StoreError, error_from_code
-from kilorl.store.protocol import FramedSocket, FrameLimits, host_identity, parse_address
+from kilorl.store.wire.protocol import FramedSocket, FrameLimits, host_identity, parse_address
 
 
 class PeerUnreachable(ConnectionLost):
@@ -25,11 +25,14 @@ class PeerUnreachable(ConnectionLost):
     code = "peer_unreachable"
 
 
+_PEER_LIMITS = FrameLimits(max_payload=1 << 40)
+
+
 class PeerConn:
     """One authenticated connection to a peer worker."""
 
     def __init__(self, address: str, token: str | None, timeout: float = 60.0,
-                 limits: FrameLimits = FrameLimits(max_payload=1 << 40)):
+                 limits: FrameLimits = _PEER_LIMITS):
         self.address = address
         host, port = parse_address(address)
         try:

@@ -23,9 +23,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from kilorl.store import serialization
-from kilorl.store.arena import Arena
-from kilorl.store.config import default_run_dir
 from kilorl.store.errors import (
     ConnectionLost,
     InvalidRequest,
@@ -34,7 +31,10 @@ from kilorl.store.errors import (
     WorkerLeaving,
     error_from_code,
 )
-from kilorl.store.protocol import FramedSocket, host_identity, is_loopback, parse_address
+from kilorl.store.wire import codec as serialization
+from kilorl.store.wire.protocol import FramedSocket, host_identity, is_loopback, parse_address
+from kilorl.store.wire.rundir import default_run_dir
+from kilorl.store.wire.shm import Arena
 
 
 class WriteMode(enum.Enum):
@@ -206,7 +206,7 @@ class StoreClient:
                 self._released.append(item["lease"])
             return serialization.decode(meta, memoryview(holder).cast("B"))
         if "cuda_ipc" in item:  # UNTESTED here: needs a CUDA machine
-            from kilorl.store.tiers.device import open_ipc_handle
+            from kilorl.store.wire.cuda_ipc import open_ipc_handle
 
             return serialization.decode_device(meta, open_ipc_handle(item["cuda_ipc"]))
         return serialization.decode(meta, payload[offset:offset + size] if payload is not None else memoryview(b""))
@@ -243,6 +243,24 @@ class StoreClient:
             resp, payload = self._call({"op": "get", "key": key, "zc": self._zc(), "timeout": timeout})
             return self._materialize(resp, payload)
         return self._retrying(once)
+
+    def get_range(self, key: str, offset: int, length: int) -> memoryview:
+        """``length`` bytes of ``key`` from byte ``offset`` on, as a read-only buffer (a
+        zero-copy view of the local arena for large ranges). From a remote holder only these
+        bytes move. ``describe`` gives the offsets of a stored dict's tensors."""
+        def once() -> Any:
+            resp, payload = self._call({"op": "get_range", "key": key, "offset": offset, "length": length,
+                                        "zc": self._zc()})
+            return self._materialize(resp, payload)
+        return self._retrying(once)
+
+    def describe(self, key: str) -> dict[str, Any]:
+        """What ``key`` holds without reading it: ``type`` and ``size``; arrays/tensors add
+        ``dtype`` and ``shape``; a dict adds ``entries``: name -> ``kind``, ``dtype``,
+        ``shape``, byte ``offset`` and ``nbytes``."""
+        resp, _ = self._retrying(lambda: self._call({"op": "describe", "key": key}))
+        resp.pop("ok", None)
+        return resp
 
     def mset(self, items: dict[str, Any], write_mode: WriteMode = WriteMode.NONE_L2, ttl: float | None = None,
              tier: str | None = None) -> None:

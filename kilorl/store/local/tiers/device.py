@@ -1,7 +1,7 @@
 """Device tier: object bytes held as flat uint8 torch tensors on a torch device.
 
 On ``cuda:N`` a reader in another process on the same node can map the tensor through
-CUDA IPC (``ipc_handle`` / ``open_ipc_handle``) without a copy. That path is written
+CUDA IPC (``ipc_handle`` here, ``kilorl.store.wire.cuda_ipc`` on the reader) without a copy. That path is written
 for GPU machines and is UNTESTED in this repository's CI (no GPU there). On ``cpu`` the
 same code runs, and readers receive a copy over the socket.
 """
@@ -79,13 +79,3 @@ class DeviceTier:
             storage._share_cuda_()
         return {"dev": dev, "handle": handle, "size": size_bytes, "off": offset_bytes, "ref": ref_handle,
                 "ref_off": ref_offset, "event": event_handle, "sync": event_sync, "numel": tensor.numel()}
-
-
-def open_ipc_handle(info: dict[str, Any]) -> Any:
-    """Client side of ``ipc_handle``: a uint8 CUDA tensor viewing the worker's memory. UNTESTED here."""
-    import torch
-    from torch.multiprocessing.reductions import rebuild_cuda_tensor
-
-    return rebuild_cuda_tensor(torch.Tensor, (info["numel"],), (1,), 0, torch.UntypedStorage, torch.uint8,
-                               info["dev"], info["handle"], info["size"], info["off"], False,
-                               info["ref"], info["ref_off"], info["event"], info["sync"])

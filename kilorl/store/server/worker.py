@@ -2,7 +2,9 @@
 
 Every connection must first say ``hello`` with the token (TCP always, unless the worker
 runs ``--insecure`` on loopback; the Unix socket too when a token is set). Requests are
-dispatched through ``Worker.handlers`` (op name -> function). A frame that breaks the
+dispatched through ``Worker.handlers`` (op name -> function, given at construction:
+``launch.py`` builds a worker with ``handlers.HANDLERS``); everything that reaches
+other workers goes through ``Worker.router`` (``router.py``). A frame that breaks the
 protocol closes that connection only; its leases, half-done writes and stream
 deliveries are released, and everyone else keeps being served.
 """
@@ -15,23 +17,24 @@ import logging
 import os
 import secrets
 import selectors
-import signal
 import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kilorl.store import handlers as _handlers
-from kilorl.store.arena import Arena
-from kilorl.store.config import ResolvedConfig
-from kilorl.store.errors import AuthError, ConfigError, ProtocolError, StoreError
-from kilorl.store.objects import ObjectStore, Region
-from kilorl.store.protocol import ConnectionClosed, FramedSocket, FrameLimits, check_token, host_identity
-from kilorl.store.streams import StreamTable
-from kilorl.store.versioned import HIDDEN, VersionTable
+from kilorl.store.errors import AuthError, ConfigError, InvalidRequest, ProtocolError, StoreError
+from kilorl.store.local.config import ResolvedConfig
+from kilorl.store.local.keyspace import KeySpace
+from kilorl.store.local.objects import ObjectStore, Region
+from kilorl.store.local.streams import StreamTable
+from kilorl.store.local.versions import HIDDEN, VersionTable
+from kilorl.store.server.request import Handler
+from kilorl.store.server.router import Router
+from kilorl.store.wire.protocol import ConnectionClosed, FramedSocket, FrameLimits, check_token, host_identity
+from kilorl.store.wire.shm import Arena
 
-log = logging.getLogger("kilorl.store.worker")
+log = logging.getLogger("kilorl.store.server.worker")
 
 
 @dataclass(eq=False)
@@ -55,7 +58,7 @@ class Connection:
 class Worker:
     """One data-system worker: arena, object table, versions, streams and listeners."""
 
-    def __init__(self, rc: ResolvedConfig):
+    def __init__(self, rc: ResolvedConfig, handlers: dict[str, Handler]):
         self.rc = rc
         spec = rc.spec
         self.pid = os.getpid()
@@ -73,14 +76,15 @@ class Worker:
         self.port = self.tcp.getsockname()[1]
         self.arena = Arena.create(rc.shm_bytes)
         self.store = ObjectStore(rc, self.arena)
+        self.keyspace = KeySpace(self.store)
         self.versions = VersionTable(spec.keep_versions)
-        surplus = self.versions.rebuild(self.store.keys(HIDDEN, include_hidden=True))
+        surplus = self.versions.rebuild(self.keyspace.keys(HIDDEN, include_hidden=True))
         if surplus:
             self.delete_l2(self.store.delete(surplus)[1])
         self.streams = StreamTable(spec.stream_capacity, spec.ack_timeout_s)
-        self.handlers: dict[str, _handlers.Handler] = dict(_handlers.HANDLERS)
+        self.handlers: dict[str, Handler] = dict(handlers)
         self.services: list[Any] = []
-        self.hello_fields: Any = None  # a cluster layer adds member addresses to the hello reply
+        self.router: Router = Router()  # a worker alone; a multi-node layer sets its own
         self._stopping = threading.Event()
         self.connections: dict[int, Connection] = {}
         self._conn_ids = itertools.count(1)
@@ -96,14 +100,27 @@ class Worker:
         self._write_run_files()
 
     # -- extension point ---------------------------------------------------------------
-    def register(self, op: str, handler: _handlers.Handler) -> None:
-        """Adds a request type (used by layers above, e.g. multi-node routing)."""
+    def register(self, op: str, handler: Handler) -> None:
+        """Adds a request type (used by layers above: worker-to-worker ops, a hosted metastore).
+        Replacing an existing op is refused: behaviour changes go through the router."""
+        if op in self.handlers:
+            raise ValueError(f"op {op!r} is already registered")
         self.handlers[op] = handler
+
+    def set_router(self, router: Router) -> None:
+        """Connects the worker to other workers (once, before serving)."""
+        self.router = router
 
     def add_service(self, service: Any) -> None:
         """Hosts a component in this worker (e.g. a metastore): ``service.start(worker)`` runs
         when serving begins, ``service.stop()`` at shutdown before L2 is flushed."""
         self.services.append(service)
+
+    def close_unserved(self) -> None:
+        """Releases sockets and arena of a worker that never started serving."""
+        self.tcp.close()
+        self.unix.close()
+        self.arena.close()
 
     def delete_l2(self, items: list[tuple[str, str]]) -> None:
         """Removes L2 copies: at once for write-through objects, queued for write-back ones."""
@@ -171,7 +188,7 @@ class Worker:
                 handler = self.handlers.get(op) if isinstance(op, str) else None
                 try:
                     if handler is None:
-                        raise _handlers.InvalidRequest(f"op: unknown operation {op!r}")
+                        raise InvalidRequest(f"op: unknown operation {op!r}")
                     reply = handler(self, conn, header)
                 except ProtocolError:
                     raise
@@ -218,8 +235,7 @@ class Worker:
                  "max_payload": self.rc.max_payload, "conn": conn.id}
         if conn.same_host:
             reply.update(arena=str(self.arena.path), arena_size=self.arena.size)
-        if self.hello_fields is not None:
-            reply.update(self.hello_fields())
+        reply.update(self.router.hello_fields())
         conn.fs.send(reply)
 
     def _release_leases(self, conn: Connection, ids: Any) -> None:
@@ -241,7 +257,7 @@ class Worker:
     def _housekeeping(self) -> None:
         while not self._stop.wait(0.25):
             try:
-                self.store.sweep()
+                self.keyspace.sweep()
             except Exception:
                 log.exception("housekeeping failed")
 
@@ -291,32 +307,3 @@ class Worker:
             except FileNotFoundError:
                 pass
         self._stopped.set()
-
-
-def run_worker(rc: ResolvedConfig, cluster: Any = None) -> int:
-    """Runs a worker in this process until SIGTERM/SIGINT or a shutdown request.
-
-    With a ``node.ClusterConfig`` the worker joins (or, ``head``, hosts) a cluster.
-    """
-    worker = Worker(rc)
-    if cluster is not None:
-        from kilorl.store.node import ClusterNode
-
-        try:
-            ClusterNode(worker, cluster)
-        except BaseException:
-            worker.tcp.close()
-            worker.unix.close()
-            worker.arena.close()
-            raise
-    (worker.run_dir / "worker.pid").write_text(str(worker.pid))
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        worker.request_stop()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    print(f"kilorl store worker pid={worker.pid} tcp={rc.spec.host}:{worker.port} unix={worker.unix_path}",
-          flush=True)
-    worker.serve_forever()
-    return 0

@@ -1,13 +1,12 @@
-"""The DRAM tier's memory: one shared-memory arena per worker, and its allocator.
+"""The shared-memory arena: one file in ``/dev/shm`` mapped by a worker and its local clients.
 
-The arena is a file in ``/dev/shm`` mapped by the worker and by every local client, so
-object bytes are written and read in place. It is pre-faulted at start: writing into
-fresh tmpfs pages is an order of magnitude slower than into touched ones.
+Object bytes are written and read in place through this mapping, so it is part of the
+wire between a worker and a client on its host. The worker pre-faults it at start:
+writing into fresh tmpfs pages is an order of magnitude slower than into touched ones.
 """
 
 from __future__ import annotations
 
-import bisect
 import mmap
 import os
 import secrets
@@ -15,61 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-ALIGN = 64
 SHM_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(os.environ.get("TMPDIR", "/tmp"))
 _PREFIX = "kilorl-store-"
-
-
-def _align(n: int) -> int:
-    return (n + ALIGN - 1) & ~(ALIGN - 1)
-
-
-class Allocator:
-    """First-fit allocator over ``[0, capacity)`` with coalescing of free neighbours."""
-
-    def __init__(self, capacity: int):
-        self.capacity = capacity
-        self._starts: list[int] = [0]
-        self._free: dict[int, int] = {0: capacity}
-        self._used: dict[int, int] = {}
-        self.used_bytes = 0
-
-    def alloc(self, size: int) -> int | None:
-        need = _align(max(size, 1))
-        for start in self._starts:
-            block = self._free[start]
-            if block >= need:
-                i = bisect.bisect_left(self._starts, start)
-                del self._starts[i]
-                del self._free[start]
-                if block > need:
-                    rest = start + need
-                    self._starts.insert(i, rest)
-                    self._free[rest] = block - need
-                self._used[start] = need
-                self.used_bytes += need
-                return start
-        return None
-
-    def free(self, offset: int) -> None:
-        size = self._used.pop(offset)
-        self.used_bytes -= size
-        i = bisect.bisect_left(self._starts, offset)
-        # Merge with the next free block.
-        if i < len(self._starts) and self._starts[i] == offset + size:
-            size += self._free.pop(self._starts[i])
-            del self._starts[i]
-        # Merge with the previous free block.
-        if i > 0:
-            prev = self._starts[i - 1]
-            if prev + self._free[prev] == offset:
-                self._free[prev] += size
-                return
-        self._starts.insert(i, offset)
-        self._free[offset] = size
-
-    def largest_free(self) -> int:
-        return max(self._free.values(), default=0)
 
 
 class Arena:

@@ -23,7 +23,7 @@ Protocol:
 - **lease lost** while alive (long pause, partition): the member re-registers
   with a new lease and rejoins the ring.
 
-``ClusterView`` is the read side: a snapshot of ring and members followed by a
+``MeshView`` is the read side: a snapshot of ring and members followed by a
 watch from the snapshot's revision, so subscribers get every ring epoch in order,
 each with the ranges that moved (``ring.diff``).
 """
@@ -36,7 +36,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kilorl.store.cluster_state import (
+from kilorl.store.mesh.ring import HashRing
+from kilorl.store.mesh.state import (
     MalformedRing,
     MemberIdInUse,
     MemberInfo,
@@ -48,15 +49,14 @@ from kilorl.store.cluster_state import (
     reconcile,
     update_ring,
 )
-from kilorl.store.cluster_view import ClusterView
+from kilorl.store.mesh.view import MeshView
 from kilorl.store.metastore.base import LeaseNotFound, Metastore, MetastoreClosed, MetastoreError
 from kilorl.store.metastore.keepalive import LeaseKeeper
-from kilorl.store.ring import HashRing
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "ClusterView",
+    "MeshView",
     "MalformedRing",
     "MemberIdInUse",
     "MemberInfo",
@@ -88,7 +88,7 @@ class Membership:
         self.store = store
         self.member = member
         self.config = config or MembershipConfig()
-        self.view = ClusterView(store, self.config)
+        self.view = MeshView(store, self.config)
         self._lock = threading.Lock()
         self._registration: _Registration | None = None
         self._closed = threading.Event()

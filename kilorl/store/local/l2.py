@@ -23,7 +23,7 @@ from typing import Any
 
 import msgpack
 
-log = logging.getLogger("kilorl.store.l2")
+log = logging.getLogger("kilorl.store.local.l2")
 _MAGIC = b"KL2\x01"
 _HEAD = struct.Struct("!4sI")
 
@@ -147,11 +147,7 @@ class L2Store:
         for path in self.dir.glob("*.obj"):
             try:
                 with open(path, "rb") as f:
-                    magic, hlen = _HEAD.unpack(f.read(_HEAD.size))
-                    if magic != _MAGIC:
-                        raise ValueError("bad magic")
-                    h = msgpack.unpackb(f.read(hlen), raw=False)
-                offset = _HEAD.size + hlen
+                    h, offset = self.read_header(f)
                 if path.stat().st_size != offset + h["size"]:
                     raise ValueError("size mismatch")
             except Exception as exc:
@@ -162,6 +158,14 @@ class L2Store:
                 continue
             out.append(L2Entry(h["key"], h["meta"], h["size"], h["exp"], str(path), offset))
         return out
+
+    @staticmethod
+    def read_header(f: Any) -> tuple[dict[str, Any], int]:
+        """(header, payload offset) of an object file open at its start; ValueError if corrupt."""
+        magic, hlen = _HEAD.unpack(f.read(_HEAD.size))
+        if magic != _MAGIC:
+            raise ValueError("bad magic")
+        return msgpack.unpackb(f.read(hlen), raw=False), _HEAD.size + hlen
 
     @staticmethod
     def read_into(path: str, offset: int, target: memoryview) -> None:

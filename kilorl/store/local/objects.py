@@ -16,14 +16,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kilorl.store import placement
-from kilorl.store.arena import Allocator, Arena
-from kilorl.store.config import ResolvedConfig
 from kilorl.store.errors import InvalidRequest, KeyNotFound, StoreError, StoreFullError, StoreTimeout
-from kilorl.store.keyspace import KeySpaceMixin
-from kilorl.store.l2 import L2Entry, L2Store
+from kilorl.store.local import tiering
+from kilorl.store.local.arena import Allocator
+from kilorl.store.local.config import ResolvedConfig
+from kilorl.store.local.l2 import L2Entry, L2Store
+from kilorl.store.wire.shm import Arena
 
-log = logging.getLogger("kilorl.store.objects")
+log = logging.getLogger("kilorl.store.local.objects")
 
 
 @dataclass(eq=False)
@@ -71,7 +71,7 @@ class ReadHandle:
     tensor: Any = None
 
 
-class ObjectStore(KeySpaceMixin):
+class ObjectStore:
     """Object table, tiers and placement of one worker."""
 
     def __init__(self, rc: ResolvedConfig, arena: Arena):
@@ -84,11 +84,11 @@ class ObjectStore(KeySpaceMixin):
         self.disk = None
         self.device = None
         if spec.disk_dir:
-            from kilorl.store.tiers.disk import DiskTier
+            from kilorl.store.local.tiers.disk import DiskTier
 
             self.disk = DiskTier(spec.disk_dir, rc.disk_bytes)
         if spec.device:
-            from kilorl.store.tiers.device import DeviceTier
+            from kilorl.store.local.tiers.device import DeviceTier
 
             self.device = DeviceTier(spec.device, rc.device_bytes)
         self.available = {"dram"} | ({"disk"} if self.disk else set()) | ({"device"} if self.device else set())
@@ -101,11 +101,11 @@ class ObjectStore(KeySpaceMixin):
             self._load_l2(self.l2.scan())
 
     # -- capacity helpers --------------------------------------------------------------
-    def _capacity(self, tier: str) -> int:
+    def capacity(self, tier: str) -> int:
         return {"dram": self.arena.size, "disk": self.disk.capacity if self.disk else 0,
                 "device": self.device.capacity if self.device else 0}[tier]
 
-    def _used(self, tier: str) -> int:
+    def used(self, tier: str) -> int:
         return {"dram": self.alloc.used_bytes, "disk": self.disk.used if self.disk else 0,
                 "device": self.device.used if self.device else 0}[tier]
 
@@ -122,9 +122,9 @@ class ObjectStore(KeySpaceMixin):
         pinned = sum(o.size for o in in_tier if o.pinned)
         live = sum(o.size for o in in_tier)
         return StoreFullError(
-            f"{tier} tier full: need {size} bytes, {self._capacity(tier) - self._used(tier)} of "
-            f"{self._capacity(tier)} free (largest block {self.alloc.largest_free() if tier == 'dram' else 'n/a'}); "
-            f"{pinned} bytes pinned, {self._used(tier) - live if tier == 'dram' else 0} bytes held by readers "
+            f"{tier} tier full: need {size} bytes, {self.capacity(tier) - self.used(tier)} of "
+            f"{self.capacity(tier)} free (largest block {self.alloc.largest_free() if tier == 'dram' else 'n/a'}); "
+            f"{pinned} bytes pinned, {self.used(tier) - live if tier == 'dram' else 0} bytes held by readers "
             f"of replaced objects or in-flight writes; nothing colder could be demoted")
 
     # -- making room -------------------------------------------------------------------
@@ -141,20 +141,20 @@ class ObjectStore(KeySpaceMixin):
         return Region(off, size)
 
     def _room(self, tier: str, size: int, protect: Obj | None = None, max_heat: float | None = None) -> None:
-        if size > self._capacity(tier):
+        if size > self.capacity(tier):
             raise self._full_error(tier, size)
-        if self._capacity(tier) - self._used(tier) >= size:
+        if self.capacity(tier) - self.used(tier) >= size:
             return
         for victim in self._victims(tier, protect, max_heat):
-            if self._demote(victim) and self._capacity(tier) - self._used(tier) >= size:
+            if self._demote(victim) and self.capacity(tier) - self.used(tier) >= size:
                 return
         raise self._full_error(tier, size)
 
     def _victims(self, tier: str, protect: Obj | None, max_heat: float | None) -> list[Obj]:
         now = time.monotonic()
-        out = placement.coldest_first((o for o in self.objects.values() if o.tier == tier and o is not protect), now)
+        out = tiering.coldest_first((o for o in self.objects.values() if o.tier == tier and o is not protect), now)
         if max_heat is not None:
-            out = [o for o in out if placement.decayed(o, now) < max_heat]
+            out = [o for o in out if tiering.decayed(o, now) < max_heat]
         return out
 
     def _demote(self, obj: Obj) -> bool:
@@ -214,15 +214,15 @@ class ObjectStore(KeySpaceMixin):
             obj.disk_path = None
         obj.tier = None
 
-    def _enforce_watermarks(self, tier: str, protect: Obj | None = None) -> None:
-        cap = self._capacity(tier)
+    def enforce_watermarks(self, tier: str, protect: Obj | None = None) -> None:
+        cap = self.capacity(tier)
         spec = self.rc.spec
-        if not cap or self._used(tier) <= spec.high_watermark * cap:
+        if not cap or self.used(tier) <= spec.high_watermark * cap:
             return
         if self.l2 is None and (tier == "disk" or (tier == "dram" and self.disk is None)):
             return  # nowhere to demote to: don't scan every object on every write
         for victim in self._victims(tier, protect, None):
-            if self._used(tier) <= spec.low_watermark * cap:
+            if self.used(tier) <= spec.low_watermark * cap:
                 break
             self._demote(victim)
 
@@ -248,10 +248,10 @@ class ObjectStore(KeySpaceMixin):
         with self.lock:
             try:
                 self.check_tier(tier)
-                pref = placement.preferred_tier(key, tier, self.rc.spec.tier_rules, self.available)
+                pref = tiering.preferred_tier(key, tier, self.rc.spec.tier_rules, self.available)
                 obj = Obj(key, next(self._gens), meta, size, pref, pinned=pin, l2_mode=l2_mode,
                           expires_at=time.time() + ttl if ttl else None)
-                placement.touch(obj)
+                tiering.touch(obj)
                 self._place(obj, data)
             except BaseException:
                 if isinstance(data, Region):
@@ -261,14 +261,14 @@ class ObjectStore(KeySpaceMixin):
             if old is not None:
                 self._release_storage(old)
             self.objects[key] = obj
-            self._enforce_watermarks(obj.tier, protect=obj)
+            self.enforce_watermarks(obj.tier, protect=obj)
             self.changed.notify_all()
             return obj, old
 
     def _place(self, obj: Obj, data: Region | bytearray) -> None:
-        rank = placement.tier_rank(obj.preferred)
-        order = [obj.preferred] + [t for t in placement.TIER_ORDER if placement.tier_rank(t) > rank] + \
-                [t for t in reversed(placement.TIER_ORDER) if placement.tier_rank(t) < rank]
+        rank = tiering.tier_rank(obj.preferred)
+        order = [obj.preferred] + [t for t in tiering.TIER_ORDER if tiering.tier_rank(t) > rank] + \
+                [t for t in reversed(tiering.TIER_ORDER) if tiering.tier_rank(t) < rank]
         last: StoreFullError | None = None
         for t in order:
             if t not in self.available:
@@ -299,17 +299,17 @@ class ObjectStore(KeySpaceMixin):
         obj.tier = tier
 
     # -- reading -----------------------------------------------------------------------
-    def _live(self, key: str) -> Obj | None:
+    def live(self, key: str) -> Obj | None:
         obj = self.objects.get(key)
         if obj is not None and obj.expires_at is not None and obj.expires_at <= time.time():
-            self._remove(obj)
+            self.remove(obj)
             self.counters["expired"] += 1
             if obj.l2_mode and self.l2:
                 self.l2.enqueue_delete(key)
             return None
         return obj
 
-    def _remove(self, obj: Obj) -> None:
+    def remove(self, obj: Obj) -> None:
         del self.objects[obj.key]
         self._release_storage(obj)
 
@@ -321,7 +321,7 @@ class ObjectStore(KeySpaceMixin):
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self.lock:
-            obj = self._live(key)
+            obj = self.live(key)
             while obj is None:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is None or remaining <= 0:
@@ -329,9 +329,9 @@ class ObjectStore(KeySpaceMixin):
                         raise StoreTimeout(f"key {key!r} did not appear within {timeout}s")
                     raise KeyNotFound(f"key {key!r} not found")
                 self.changed.wait(remaining)
-                obj = self._live(key)
-            heat = placement.touch(obj)
-            target = placement.promotion_target(obj.tier, obj.preferred, heat, self.available)
+                obj = self.live(key)
+            heat = tiering.touch(obj)
+            target = tiering.promotion_target(obj.tier, obj.preferred, heat, self.available)
             cold = obj.tier in ("disk", None)
             if target is not None and not obj.pinned and not (cold and target == "dram"):
                 self._promote(obj, target)
@@ -392,7 +392,7 @@ class ObjectStore(KeySpaceMixin):
             L2Store.read_into(obj.l2_path, obj.l2_offset, target)
 
     def _promote(self, obj: Obj, target: str) -> None:
-        heat = placement.decayed(obj)
+        heat = tiering.decayed(obj)
         try:
             if target == "dram":
                 region = self._alloc_dram(obj.size, protect=obj, max_heat=heat)
@@ -416,10 +416,54 @@ class ObjectStore(KeySpaceMixin):
         except (StoreFullError, OSError):
             pass  # stays where it is; served from there
 
+    def retain(self, region: Region) -> None:
+        """One more reference to ``region`` (released with ``release``)."""
+        with self.lock:
+            region.refs += 1
+
+    def peek(self, key: str) -> tuple[dict[str, Any], int] | None:
+        """(meta, size) of a live object without reading or promoting it."""
+        with self.lock:
+            obj = self.live(key)
+            return (obj.meta, obj.size) if obj is not None else None
+
     def release(self, regions: list[Region]) -> None:
         with self.lock:
             for r in regions:
                 self._unref(r)
+
+    # -- key space ---------------------------------------------------------------------
+    def delete(self, keys: list[str]) -> tuple[int, list[tuple[str, str]]]:
+        """Deletes keys; returns (count, [(key, l2_mode)] whose L2 copies must go too)."""
+        n, l2 = 0, []
+        with self.lock:
+            for key in keys:
+                obj = self.live(key)
+                if obj is None:
+                    continue
+                self.remove(obj)
+                n += 1
+                if obj.l2_mode:
+                    l2.append((key, obj.l2_mode))
+        return n, l2
+
+    def delete_generation(self, key: str, gen: int) -> bool:
+        """Deletes ``key`` only if it is still generation ``gen`` (a newer write stays)."""
+        with self.lock:
+            obj = self.objects.get(key)
+            if obj is None or obj.gen != gen:
+                return False
+            self.remove(obj)
+            return True
+
+    def generation(self, key: str) -> int | None:
+        with self.lock:
+            obj = self.objects.get(key)
+            return obj.gen if obj is not None else None
+
+    def exists(self, keys: list[str]) -> list[bool]:
+        with self.lock:
+            return [self.live(k) is not None for k in keys]
 
     # -- L2 hooks ----------------------------------------------------------------------
     def l2_source(self, obj: Obj) -> tuple[memoryview, Region | None]:
@@ -453,7 +497,8 @@ class ObjectStore(KeySpaceMixin):
 
     def _load_l2(self, entries: list[L2Entry]) -> None:
         for e in entries:
-            pref = placement.preferred_tier(e.key, None, self.rc.spec.tier_rules, self.available)
-            self.objects[e.key] = Obj(e.key, next(self._gens), e.meta, e.size, pref, expires_at=e.expires_at, l2_mode="through", l2_durable=True, l2_path=e.path, l2_offset=e.data_offset)
+            pref = tiering.preferred_tier(e.key, None, self.rc.spec.tier_rules, self.available)
+            self.objects[e.key] = Obj(e.key, next(self._gens), e.meta, e.size, pref, expires_at=e.expires_at,
+                                      l2_mode="through", l2_durable=True, l2_path=e.path, l2_offset=e.data_offset)
         if entries:
             log.info("recovered %d objects from L2", len(entries))

@@ -171,3 +171,19 @@ def decode_device(meta: dict[str, Any], flat: Any) -> Any:
                 out[name] = decode({"k": k, "dt": dtype, "sh": shape}, host)
         return out
     return decode(meta, memoryview(flat.cpu().numpy()))
+
+
+def describe(meta: dict[str, Any], size: int) -> dict[str, Any]:
+    """What a stored value is, from its meta alone: ``type`` and ``size``; for arrays and
+    tensors their ``dtype`` and ``shape``; for a dict, every entry's ``kind``, ``dtype``,
+    ``shape``, byte ``offset`` in the payload and ``nbytes`` (to compute byte ranges)."""
+    kind = meta.get("k")
+    out: dict[str, Any] = {"type": kind, "size": size}
+    if kind in ("ndarray", "tensor"):
+        out.update(dtype=meta["dt"], shape=list(meta["sh"]), offset=0, nbytes=size)
+    elif kind == "dict":
+        out["entries"] = {name: {"kind": k, "dtype": dtype or None, "shape": list(shape), "offset": off, "nbytes": n}
+                          for name, k, dtype, shape, off, n in meta["e"]}
+    elif kind not in ("bytes", "str"):
+        raise InvalidRequest(f"meta: unknown value kind {kind!r}")
+    return out

@@ -1,10 +1,10 @@
 """A store worker as a member of a cluster: ring membership, metadata ownership, remote reads.
 
-``ClusterNode`` is a worker service (``Worker.add_service``). It joins the ring through
-``membership.py`` on a metastore (built-in on the ``--head`` worker, or etcd), keeps the
-metadata records (``meta_records.py``) of the keys the ring gives it (owner + one
-replica: ``successors(key, 2)``), and wraps the worker's ``set``/``get``/``delete`` ops
-(``cluster_ops.py``) so that any worker serves any key:
+``MeshNode`` is the worker's router (``server/router.py``) and a worker service. It joins
+the ring through ``membership.py`` on a metastore (built-in on the ``--head`` worker, or
+etcd), keeps the metadata records (``records.py``) of the keys the ring gives it (owner
++ one replica: ``successors(key, 2)``), and answers the router hooks the worker's
+``set``/``get``/``delete`` handlers call, so that any worker serves any key:
 
 - a ``set`` stores the bytes locally, then registers them with the key's owner, which
   assigns the cluster version and invalidates older copies elsewhere;
@@ -20,38 +20,42 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from kilorl.store import transfer
-from kilorl.store.cluster_state import MemberInfo, MembershipConfig
 from kilorl.store.errors import (
     ConfigError,
     ConnectionLost,
+    InvalidRequest,
     KeyNotFound,
     ObjectLost,
     StaleCopy,
     StoreError,
-    StoreTimeout,
     WorkerLeaving,
 )
-from kilorl.store.membership import Membership
-from kilorl.store.meta_records import L2_HOLDER, MetaRecord
-from kilorl.store.node_moves import RingMoves
-from kilorl.store.objects import Region
-from kilorl.store.peers import PeerPool
+from kilorl.store.local.objects import ReadHandle, Region
+from kilorl.store.mesh import transfer
+from kilorl.store.mesh.copies import LocalCopies
+from kilorl.store.mesh.links import MeshLinks
+from kilorl.store.mesh.membership import Membership
+from kilorl.store.mesh.metastore_service import MetastoreService
+from kilorl.store.mesh.moves import RingMoves
+from kilorl.store.mesh.records import L2_HOLDER, MetaRecord
+from kilorl.store.mesh.state import MemberInfo, MembershipConfig
+from kilorl.store.metastore import open_metastore
+from kilorl.store.metastore.builtin import BuiltinMetastore
+from kilorl.store.metastore.remote import RemoteMetastore
+from kilorl.store.server.router import Router
+from kilorl.store.server.worker import Worker
+from kilorl.store.wire.peers import PeerPool
 
-if TYPE_CHECKING:
-    from kilorl.store.worker import Worker
-
-log = logging.getLogger("kilorl.store.node")
+log = logging.getLogger("kilorl.store.mesh.node")
 
 
 @dataclass
-class ClusterConfig:
+class MeshConfig:
     """How a worker takes part in a cluster (all fields have CLI flags on ``store start``)."""
 
     head: bool = False
@@ -85,20 +89,10 @@ class ClusterConfig:
             raise ConfigError(f"fanout: must be >= 1, got {self.fanout}")
 
 
-@dataclass
-class LocalCopy:
-    ver: int
-    primary: bool
-    """True for bytes written through this worker (or handed to it); False for replicas."""
-    gen: int
-    """The local object's generation: a newer local write (not yet registered) is never
-    mistaken for this copy."""
+class MeshNode(Router):
+    """Mesh membership, metadata and remote reads of one worker (see the module docstring)."""
 
-
-class ClusterNode(RingMoves):
-    """Cluster membership and metadata of one worker (see the module docstring)."""
-
-    def __init__(self, worker: Worker, cfg: ClusterConfig):
+    def __init__(self, worker: Worker, cfg: MeshConfig):
         shared = worker.rc.spec.token or os.environ.get("KILORL_STORE_TOKEN") or worker.rc.spec.insecure
         if not shared:  # a generated token is known to this worker only: peers could not talk to it
             raise ConfigError("token: cluster workers must share a token (--token or KILORL_STORE_TOKEN) "
@@ -108,43 +102,33 @@ class ClusterNode(RingMoves):
         host = worker.rc.spec.host
         self.address = f"{host}:{worker.port}"
         self.id = cfg.member_id or self.address
+        self.store = worker.store
         self.lock = threading.RLock()
         self.records: dict[str, MetaRecord] = {}
-        self.local: dict[str, LocalCopy] = {}
-        self.floor: dict[str, int] = {}  # lowest version a local copy may have (after invalidations)
-        self.inflight: dict[str, transfer.Inflight] = {}
+        self.copies = LocalCopies(worker.store, self.lock)
         self._fetch_locks: dict[str, list] = {}
         self.pool = PeerPool(worker.token, timeout=max(60.0, cfg.get_timeout * 2))
         self.leaving = threading.Event()
         self._writes = 0
         self._writes_cond = threading.Condition()
-        self._changes: queue.Queue = queue.Queue()
-        self.counters = {"bytes_served": 0, "remote_gets": 0, "l2_loads": 0, "records_received": 0,
-                         "records_sent": 0, "handed_off": 0, "invalidated": 0}
-        self.last_rebalance_s = 0.0
+        self.counters = {"remote_gets": 0, "remote_ranges": 0, "l2_loads": 0, "records_received": 0,
+                         "records_sent": 0, "handed_off": 0}
         if cfg.head:
-            from kilorl.store.metastore.builtin import BuiltinMetastore
-            from kilorl.store.metastore.serve import MetastoreService
-
             self.metastore = BuiltinMetastore()
             service = MetastoreService(self.metastore)
             service.install(worker)
             worker.add_service(service)
         elif cfg.join is not None:
-            from kilorl.store.metastore.remote import RemoteMetastore
-
             self.metastore = RemoteMetastore(cfg.join, worker.token)
         else:
-            from kilorl.store.metastore import open_metastore
-
             self.metastore = open_metastore(cfg.metastore)
         self.membership = Membership(self.metastore, MemberInfo(self.id, self.address),
                                      MembershipConfig(cfg.prefix, cfg.lease_ttl, replicas=2))
-        from kilorl.store import cluster_ops
-
-        cluster_ops.install(worker, self)
+        self.links = MeshLinks(self.id, self.membership, self.pool, cfg.get_timeout)
+        self.moves = RingMoves(self.records, self.lock, self.links, self.copies, worker.store, self.leaving,
+                               self.counters)
+        worker.set_router(self)
         worker.add_service(self)
-        worker.hello_fields = self.hello_fields
         # Objects indexed from a shared L2 directory belong to whoever wrote them: in a
         # cluster they are found through their records, or read from L2 on a miss.
         with worker.store.lock:
@@ -154,9 +138,9 @@ class ClusterNode(RingMoves):
 
     # -- lifecycle (worker service) --------------------------------------------------------
     def start(self, worker: Worker) -> None:
-        self.membership.view.subscribe(self._changes.put)
-        self.membership.view.on_member(self._on_member)
-        threading.Thread(target=self._rebalance_loop, name="rebalance", daemon=True).start()
+        self.membership.view.subscribe(self.moves.changes.put)
+        self.membership.view.on_member(self.moves.on_member)
+        threading.Thread(target=self.moves.run, name="rebalance", daemon=True).start()
         state = self.membership.join()
         log.info("member %s joined the ring at epoch %d (%d members)", self.id, state.epoch, len(state.ring))
 
@@ -168,20 +152,82 @@ class ClusterNode(RingMoves):
         with self._writes_cond:
             self._writes_cond.wait_for(lambda: self._writes == 0, timeout=30)
         try:
-            self.membership.leave(handoff=self._handoff)
+            self.membership.leave(handoff=self.moves.handoff)
             log.info("member %s left the ring: handed off %d objects and %d records", self.id,
                         self.counters["handed_off"], self.counters["records_sent"])
         except Exception:
             log.exception("graceful leave of %s failed", self.id)
 
     def stop(self) -> None:
-        self._changes.put(None)
+        self.moves.changes.put(None)
         if not self.leaving.is_set():
             self.leaving.set()
             self.membership.abandon()
         self.pool.close()
         if not self.cfg.head:
             self.metastore.close()
+
+    # -- router hooks (the worker's handlers call these) ---------------------------------
+    def on_delete(self, keys: list[str], present: set[str], deleted_here: int) -> int:
+        n = 0
+        for key in keys:
+            resp = self.meta_call(key, {"op": "c.meta_del", "key": key})
+            n += bool(resp["found"] or key in present)
+            if resp.get("prev_l2") and self.store.l2 is not None:
+                self.store.l2.delete(key)
+        return n
+
+    def describe_remote(self, key: str) -> tuple[dict[str, Any], int] | None:
+        located = self.lookup(key, set(), register=False)
+        if located is None:
+            return None
+        if located.rec.lost:
+            raise ObjectLost(f"key {key!r} was held only by worker {located.rec.holder}, which died")
+        return located.rec.meta, located.rec.size
+
+    def read_range(self, key: str, offset: int, length: int) -> ReadHandle | None:
+        """Pulls ``length`` bytes at ``offset`` of ``key`` from a worker holding it (the holder
+        first, then other copies), or from the shared L2 directory, into this worker's arena."""
+        located = self.lookup(key, set(), register=False)
+        if located is None:
+            return None
+        rec = located.rec
+        if rec.lost:
+            raise ObjectLost(f"key {key!r} was held only by worker {rec.holder}, which died")
+        if offset + length > rec.size:
+            raise InvalidRequest(f"offset/length: [{offset}, {offset + length}) is outside {key!r} ({rec.size} bytes)")
+        data = self.store.stage(length)
+        view = self.store.view(data) if isinstance(data, Region) else memoryview(data)
+        try:
+            self._fill_range(rec, offset, view)
+        except BaseException:
+            if isinstance(data, Region):
+                self.store.release([data])
+            raise
+        if isinstance(data, Region):
+            return ReadHandle({"k": "bytes"}, length, "dram", region=data)
+        return ReadHandle({"k": "bytes"}, length, "dram", data=view)
+
+    def _fill_range(self, rec: MetaRecord, offset: int, view: memoryview) -> None:
+        live = self.membership.view.members
+        sources = [m for m in dict.fromkeys([rec.holder, *rec.copies]) if m and m != self.id and m in live]
+        last: Exception | None = None
+        for source in sources:
+            try:
+                transfer.fetch_range(self.pool, self.address_of(source), rec.key, rec.ver, offset, view,
+                                     self.cfg.chunk_size)
+                self.counters["remote_ranges"] += 1
+                return
+            except (ConnectionLost, StaleCopy, KeyNotFound) as exc:
+                last = exc
+        if rec.durable and transfer.read_l2_range(self.store, rec.key, offset, view):
+            return
+        raise ObjectLost(f"key {rec.key!r}: no worker holding it could serve [{offset}, {offset + len(view)})"
+                         f" ({last})")
+
+    def exists_elsewhere(self, key: str) -> bool:
+        located = self.lookup(key, set(), register=False)
+        return located is not None and not located.rec.lost
 
     def hello_fields(self) -> dict[str, Any]:
         return {"cluster": self.id, "members": sorted(m.address for m in self.membership.view.members.values())}
@@ -208,103 +254,44 @@ class ClusterNode(RingMoves):
                       "mode": obj.l2_mode or "none", "tier": obj.tier or "l2"}
             gen = obj.gen
         resp = self.meta_call(key, {"op": "c.meta_put", **fields})
-        with self.lock:
-            if resp["ver"] < self.floor.get(key, 0):
-                # A newer version was registered (and its invalidation reached us) before
-                # our own registration returned: this object is already outdated.
-                self.w.store.delete_generation(key, gen)
-            elif self.w.store.generation(key) == gen:  # not replaced by a later local write meanwhile
-                self.local[key] = LocalCopy(resp["ver"], True, gen)
+        self.copies.register(key, resp["ver"], gen, primary=True)
         if resp.get("prev_l2") and fields["mode"] == "none" and self.w.store.l2 is not None:
             self.w.store.l2.delete(key)
 
     def meta_call(self, key: str, header: dict[str, Any], deadline: float | None = None) -> dict[str, Any]:
-        """Sends a metadata request to the key's owner (or its replica if the owner is down),
-        retrying with a refreshed ring until ``deadline``."""
-        deadline = deadline or time.monotonic() + self.cfg.get_timeout
-        last: Exception | None = None
-        while True:
-            for member in self.preference(key):
-                try:
-                    return self.call_member(member, header)
-                except (ConnectionLost, WorkerLeaving) as exc:
-                    last = exc
-            if time.monotonic() > deadline:
-                raise StoreTimeout(f"no metadata owner of {key!r} reachable: {last}")
-            time.sleep(0.05)
+        return self.links.meta_call(key, header, deadline)
 
     def preference(self, key: str) -> list[str]:
-        ring = self.membership.view.ring
-        return ring.successors(key, 2) if len(ring) else [self.id]
+        return self.links.preference(key)
 
     def call_member(self, member: str, header: dict[str, Any], payload: bytes | None = None) -> dict[str, Any]:
-        if member == self.id:
-            from kilorl.store import cluster_ops
-
-            return cluster_ops.local_call(self, header, payload)
-        address = self.address_of(member)
-        return self.pool.call(address, header, [payload] if payload else [])
+        return self.links.call_member(member, header, payload)
 
     def address_of(self, member: str) -> str:
-        info = self.membership.view.members.get(member)
-        if info is None:
-            from kilorl.store.peers import PeerUnreachable
-
-            raise PeerUnreachable(f"member {member} is not live")
-        return info.address
+        return self.links.address_of(member)
 
     # -- local copies ------------------------------------------------------------------------
     def keep_local(self, key: str, ver: int, meta: dict[str, Any], size: int, data: Region | bytearray,
                    primary: bool = False) -> None:
-        """Stores fetched bytes as this worker's copy of ``key`` at ``ver`` (unless outdated)."""
-        with self.lock:
-            if ver < self.floor.get(key, 0):
-                if isinstance(data, Region):
-                    self.w.store.release([data])
-                raise StaleCopy(f"{key!r} version {ver} was replaced while it was fetched")
-            obj, _ = self.w.store.put(key, meta, size, data, tier=None, ttl=None, l2_mode=None, pin=False)
-            self.local[key] = LocalCopy(ver, primary, obj.gen)
-
-    def local_version(self, key: str) -> int | None:
-        copy = self.local_copy(key)
-        return copy.ver if copy is not None else None
-
-    def local_copy(self, key: str) -> LocalCopy | None:
-        """This worker's registered copy of ``key`` if the store still holds exactly it."""
-        with self.lock:
-            copy = self.local.get(key)
-        if copy is None or self.w.store.generation(key) != copy.gen:
-            return None
-        return copy
+        self.copies.keep(key, ver, meta, size, data, primary)
 
     def invalidate(self, key: str, ver: int) -> None:
-        """Drops the local copy of ``key`` if it is older than ``ver`` (L2 files stay)."""
-        with self.lock:
-            self.floor[key] = max(self.floor.get(key, 0), ver)
-            copy = self.local.get(key)
-            if copy is None or copy.ver >= ver:
-                return  # no registered copy: a local write in progress is newer than ``ver``
-            del self.local[key]
-            # Only the registered object goes (its L2 file, if any, now belongs to the new version).
-            self.counters["invalidated"] += self.w.store.delete_generation(key, copy.gen)
-
-    def count_served(self, nbytes: int) -> None:
-        with self.lock:
-            self.counters["bytes_served"] += nbytes
+        self.copies.invalidate(key, ver)
 
     # -- remote reads ------------------------------------------------------------------------
-    def ensure_local(self, key: str, timeout: float | None) -> None:
+    def ensure_local(self, key: str, timeout: float | None) -> bool:
         """Makes ``key`` readable from this worker's store, pulling it if needed.
 
         Concurrent readers of one key on this worker wait for a single pull."""
         if self.w.store.exists([key])[0]:
-            return
+            return True
         with self.lock:
             entry = self._fetch_locks.setdefault(key, [threading.Lock(), 0])
             entry[1] += 1
         try:
             with entry[0]:
                 self._ensure_local(key, timeout)
+            return True
         finally:
             with self.lock:
                 entry[1] -= 1
@@ -320,14 +307,14 @@ class ClusterNode(RingMoves):
             if self.w.store.exists([key])[0]:
                 return
             with self.lock:
-                infl = self.inflight.get(key)
+                infl = self.copies.inflight.get(key)
             if infl is not None:
                 with infl.cond:
-                    infl.cond.wait_for(lambda: infl.finished, timeout=max(0.0, deadline - time.monotonic()))
+                    infl.cond.wait_for(lambda infl=infl: infl.finished, timeout=max(0.0, deadline - time.monotonic()))
                 continue
             rec = self.lookup(key, exclude)
             if rec is None:
-                if transfer.l2_exists(self, key) and transfer.load_from_l2(self, key, 0):
+                if transfer.l2_exists(self.store, key) and transfer.load_from_l2(self.copies, key, 0):
                     self.counters["l2_loads"] += 1
                     return
                 if time.monotonic() >= appear_by:
@@ -341,18 +328,19 @@ class ClusterNode(RingMoves):
             source = rec.source
             try:
                 if source == L2_HOLDER or source == self.id:
-                    if transfer.load_from_l2(self, key, rec.ver):
+                    if transfer.load_from_l2(self.copies, key, rec.ver):
                         self.counters["l2_loads"] += 1
                         return
                     raise ObjectLost(f"key {key!r}: its holder is gone and the shared L2 directory has no "
                                      f"copy (write mode {rec.mode!r}, write-back not flushed?)")
-                transfer.pull(self, key, rec.ver, rec.size, rec.meta, self.address_of(source))
+                transfer.pull(self.copies, self.pool, self.cfg.chunk_size, key, rec.ver, rec.size, rec.meta,
+                              self.address_of(source))
                 self.counters["remote_gets"] += 1
                 return
             except (ConnectionLost, StaleCopy, KeyNotFound) as exc:
                 log.info("pull of %r from %s failed: %s", key, source, exc)
-                if rec.durable and transfer.l2_exists(self, key) and source == rec.holder:
-                    if transfer.load_from_l2(self, key, rec.ver):
+                if rec.durable and transfer.l2_exists(self.store, key) and source == rec.holder:
+                    if transfer.load_from_l2(self.copies, key, rec.ver):
                         self.counters["l2_loads"] += 1
                         return
                 if source != rec.holder:
@@ -388,16 +376,17 @@ class ClusterNode(RingMoves):
     # -- status ------------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
         state = self.membership.view.state
+        primaries, replicas = self.copies.census()
         with self.lock:
-            primaries = sum(1 for c in self.local.values() if c.primary)
-            counters = dict(self.counters)
+            counters = {**self.counters, **self.copies.counters}
             nrec = len(self.records)
         return {"id": self.id, "address": self.address, "epoch": state.epoch,
                 "ring": {"vnodes": state.ring.vnodes, "members": state.ring.weights,
                          "ownership": state.ring.ownership()},
                 "members": {m: i.address for m, i in self.membership.view.members.items()},
-                "records": nrec, "primaries": primaries, "replicas": len(self.local) - primaries,
-                "leaving": self.leaving.is_set(), "counters": counters, "last_rebalance_s": self.last_rebalance_s,
+                "records": nrec, "primaries": primaries, "replicas": replicas,
+                "leaving": self.leaving.is_set(), "counters": counters,
+                "last_rebalance_s": self.moves.last_rebalance_s,
                 "metastore": "builtin (head)" if self.cfg.head else (self.cfg.join and f"builtin at {self.cfg.join}")
                 or self.cfg.metastore}
 

@@ -1,30 +1,31 @@
-"""Request types of a cluster worker, added to the worker's op table by ``ClusterNode``.
+"""Worker-to-worker request types (``c.*``), added to the worker's op table by ``MeshNode``.
 
-Worker-to-worker ops (``c.*``): metadata records (``meta_put``, ``meta_copy``,
-``meta_del``, ``locate``, ``has``, ``invalidate``), bytes (``fetch``: one chunk,
-``push``: a whole object handed over on leave) and ``info`` for status. The client ops
-``set``/``commit``/``get``/``mget``/``delete``/``exists``/``stats`` are wrapped so that
-they act on the whole cluster. Records travel as msgpack payloads (never pickle).
+Metadata records (``meta_put``, ``meta_copy``, ``meta_del``, ``locate``, ``has``,
+``invalidate``), bytes (``fetch``: one chunk, ``push``: a whole object handed over on
+leave) and ``info`` for status. The client ops are not touched: they reach the mesh
+through the worker's router (``MeshNode``). Records travel as msgpack (never pickle).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kilorl.store.errors import KeyNotFound, ObjectLost, StoreError, WorkerLeaving
-from kilorl.store.handlers import Reply, arg
-from kilorl.store.meta_records import MetaRecord, merge, new_version, pack_records, unpack_records
-from kilorl.store.objects import Region
+from kilorl.store.errors import StoreError, WorkerLeaving
+from kilorl.store.local.objects import Region
+from kilorl.store.mesh import transfer
+from kilorl.store.mesh.records import MetaRecord, merge, new_version, pack_records, unpack_records
+from kilorl.store.server.request import Reply, arg
 
 if TYPE_CHECKING:
-    from kilorl.store.node import ClusterNode
-    from kilorl.store.worker import Connection, Worker
+    from kilorl.store.mesh.node import MeshNode
+    from kilorl.store.server.worker import Connection, Worker
 
-OpFn = Callable[["ClusterNode", dict[str, Any], Any], dict[str, Any]]
+OpFn = Callable[["MeshNode", dict[str, Any], Any], dict[str, Any]]
 
 
-def _replicate(node: ClusterNode, key: str, rec: dict[str, Any] | None) -> None:
+def _replicate(node: MeshNode, key: str, rec: dict[str, Any] | None) -> None:
     """Pushes the owner's record to the other preference-list member (authoritative)."""
     if rec is None:
         return
@@ -37,7 +38,7 @@ def _replicate(node: ClusterNode, key: str, rec: dict[str, Any] | None) -> None:
                 pass  # the next ring change re-sends records whose holders changed
 
 
-def meta_put(node: ClusterNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
+def meta_put(node: MeshNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
     key = arg(h, "key", str)
     if node.leaving.is_set():
         raise WorkerLeaving(f"worker {node.id} is leaving; its records go to the next owner")
@@ -60,7 +61,7 @@ def meta_put(node: ClusterNode, h: dict[str, Any], _payload: Any) -> dict[str, A
             else:
                 rec = MetaRecord(key, handoff_ver, holder, size, meta, mode, tier, {holder: 0})
         else:
-            ver = new_version(max(rec.ver if rec else 0, node.floor.get(key, 0)))
+            ver = new_version(max(rec.ver if rec else 0, node.copies.floor.get(key, 0)))
             if rec is not None:
                 invalid = [m for m in dict.fromkeys([rec.holder, *rec.copies]) if m and m != holder]
                 prev_l2 = rec.durable
@@ -76,7 +77,7 @@ def meta_put(node: ClusterNode, h: dict[str, Any], _payload: Any) -> dict[str, A
     return {"ver": rec.ver, "prev_l2": prev_l2}
 
 
-def meta_copy(node: ClusterNode, h: dict[str, Any], payload: Any) -> dict[str, Any]:
+def meta_copy(node: MeshNode, h: dict[str, Any], payload: Any) -> dict[str, Any]:
     if node.leaving.is_set():
         raise WorkerLeaving(f"worker {node.id} is leaving; send records to the next owner")
     records = unpack_records(payload)
@@ -88,14 +89,14 @@ def meta_copy(node: ClusterNode, h: dict[str, Any], payload: Any) -> dict[str, A
     return {"n": len(records)}
 
 
-def meta_del(node: ClusterNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
+def meta_del(node: MeshNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
     key = arg(h, "key", str)
     with node.lock:
         rec = node.records.pop(key, None)
         if rec is None:
             return {"found": False, "prev_l2": False}
         ver = new_version(rec.ver)
-        node.floor[key] = ver
+        node.copies.floor[key] = ver
         members = [m for m in dict.fromkeys([rec.holder, *rec.copies]) if m]
     if not h.get("fwd"):
         for member in node.preference(key):
@@ -112,7 +113,7 @@ def meta_del(node: ClusterNode, h: dict[str, Any], _payload: Any) -> dict[str, A
     return {"found": not rec.lost, "prev_l2": rec.durable}
 
 
-def locate(node: ClusterNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
+def locate(node: MeshNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
     key, requester = arg(h, "key", str), arg(h, "requester", str, "")
     live = node.membership.view.members
     with node.lock:
@@ -126,9 +127,9 @@ def locate(node: ClusterNode, h: dict[str, Any], _payload: Any) -> dict[str, Any
         return {"rec": rec.to_wire(), "source": source}
 
 
-def has(node: ClusterNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
+def has(node: MeshNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
     key = arg(h, "key", str)
-    ver = node.local_version(key)
+    ver = node.copies.version(key)
     with node.w.store.lock:
         obj = node.w.store.objects.get(key)
         if obj is None or ver is None:
@@ -137,14 +138,14 @@ def has(node: ClusterNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
     return {"rec": rec.to_wire()}
 
 
-def invalidate(node: ClusterNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
+def invalidate(node: MeshNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
     node.invalidate(arg(h, "key", str), arg(h, "ver", int))
     return {}
 
 
-def info(node: ClusterNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
+def info(node: MeshNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
     out = node.info()
-    s = node.w.store.stats()
+    s = node.w.keyspace.stats()
     out["usage"] = {"objects": s["objects"], "dram_used": s["tiers"]["dram"]["used"],
                     "dram_capacity": s["tiers"]["dram"]["capacity"], "clients": len(node.w.connections)}
     return out
@@ -154,46 +155,33 @@ LOCAL_OPS: dict[str, OpFn] = {"c.meta_put": meta_put, "c.meta_copy": meta_copy, 
                               "c.locate": locate, "c.has": has, "c.invalidate": invalidate, "c.info": info}
 
 
-def local_call(node: ClusterNode, header: dict[str, Any], payload: Any = None) -> dict[str, Any]:
-    """Runs a ``c.*`` op on this worker without a socket (the key's owner is ourselves)."""
-    return LOCAL_OPS[header["op"]](node, header, payload)
-
-
 # -- handlers ------------------------------------------------------------------------------
-def install(worker: Worker, node: ClusterNode) -> None:
+def register(worker: Worker, node: MeshNode) -> None:
+    """Adds the ``c.*`` ops to ``worker`` (new op names only: nothing is wrapped)."""
     for name, fn in LOCAL_OPS.items():
         worker.register(name, _plain(node, fn))
+        node.links.local_ops[name] = functools.partial(fn, node)
     worker.register("c.fetch", lambda w, conn, h: _fetch(node, h))
     worker.register("c.push", lambda w, conn, h: _push(node, conn, h))
-    orig = dict(worker.handlers)
-    for name in ("set", "commit"):
-        worker.register(name, _write(node, orig[name]))
-    worker.register("get", _get(node, orig["get"]))
-    worker.register("mget", _mget(node, orig["mget"]))
-    worker.register("delete", _delete(node, orig["delete"]))
-    worker.register("exists", _exists(node))
-    worker.register("stats", _stats(node, orig["stats"]))
 
 
-def _plain(node: ClusterNode, fn: OpFn):
+def _plain(node: MeshNode, fn: OpFn):
     def handler(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
         payload = conn.fs.read_payload() if conn.fs.pending_payload else None
         return Reply(fn(node, h, payload))
     return handler
 
 
-def _fetch(node: ClusterNode, h: dict[str, Any]) -> Reply:
-    from kilorl.store import transfer
-
+def _fetch(node: MeshNode, h: dict[str, Any]) -> Reply:
     key, ver = arg(h, "key", str), arg(h, "ver", int)
     off, length = arg(h, "off", int), arg(h, "len", int)
     if off < 0 or length < 0:
         raise StoreError("off/len: must be >= 0")
-    buffers, after = transfer.serve_chunk(node, key, ver, off, length)
+    buffers, after = transfer.serve_chunk(node.copies, key, ver, off, length, node.cfg.get_timeout)
     return Reply({}, buffers, after)
 
 
-def _push(node: ClusterNode, conn: Connection, h: dict[str, Any]) -> Reply:
+def _push(node: MeshNode, conn: Connection, h: dict[str, Any]) -> Reply:
     key, ver, meta, mode = arg(h, "key", str), arg(h, "ver", int), arg(h, "meta", dict), arg(h, "mode", str)
     size = conn.fs.pending_payload
     store = node.w.store
@@ -214,89 +202,3 @@ def _push(node: ClusterNode, conn: Connection, h: dict[str, Any]) -> Reply:
         return Reply({"ver": resp["ver"]})
     finally:
         node.end_write()
-
-
-def _user_key(h: dict[str, Any]) -> str | None:
-    key = h.get("key")
-    if isinstance(key, str) and key and not key.startswith("\x00") and h.get("ver") is None:
-        return key
-    return None
-
-
-def _write(node: ClusterNode, orig):
-    def handler(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
-        key = _user_key(h)
-        if key is None:  # versioned objects (publish) stay on the worker they were published to
-            return orig(w, conn, h)
-        node.begin_write()
-        try:
-            reply = orig(w, conn, h)
-            node.announce(key)
-            return reply
-        finally:
-            node.end_write()
-    return handler
-
-
-def _get(node: ClusterNode, orig):
-    def handler(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
-        key = _user_key(h)
-        if key is None:
-            return orig(w, conn, h)
-        timeout = arg(h, "timeout", (int, float), None)
-        for _ in range(3):
-            node.ensure_local(key, timeout)
-            try:
-                return orig(w, conn, {**h, "timeout": None})
-            except KeyNotFound:
-                continue  # invalidated between the pull and the read: resolve again
-        return orig(w, conn, {**h, "timeout": None})
-    return handler
-
-
-def _mget(node: ClusterNode, orig):
-    def handler(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
-        for key in arg(h, "keys", list):
-            if isinstance(key, str) and key and not key.startswith("\x00"):
-                try:
-                    node.ensure_local(key, None)
-                except (KeyNotFound, ObjectLost):
-                    pass
-        return orig(w, conn, h)
-    return handler
-
-
-def _delete(node: ClusterNode, orig):
-    def handler(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
-        keys = [k for k in arg(h, "keys", list) if isinstance(k, str) and k and not k.startswith("\x00")]
-        present = set(k for k, ok in zip(keys, w.store.exists(keys)) if ok)
-        orig(w, conn, h)
-        n = 0
-        for key in keys:
-            resp = node.meta_call(key, {"op": "c.meta_del", "key": key})
-            n += bool(resp["found"] or key in present)
-            if resp.get("prev_l2") and w.store.l2 is not None:
-                w.store.l2.delete(key)
-        return Reply({"n": n})
-    return handler
-
-
-def _exists(node: ClusterNode):
-    def handler(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
-        keys = [k for k in arg(h, "keys", list) if isinstance(k, str)]
-        found = []
-        for key, local in zip(keys, w.store.exists(keys)):
-            if not local:
-                located = node.lookup(key, set(), register=False)
-                local = located is not None and not located.rec.lost
-            found.append(local)
-        return Reply({"found": found})
-    return handler
-
-
-def _stats(node: ClusterNode, orig):
-    def handler(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
-        reply = orig(w, conn, h)
-        reply.header["cluster"] = node.info()
-        return reply
-    return handler

@@ -7,7 +7,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from kilorl.store.cluster_state import (
+from kilorl.store.mesh.ring import HashRing, diff
+from kilorl.store.mesh.state import (
     MalformedRing,
     MemberInfo,
     MembershipConfig,
@@ -16,12 +17,11 @@ from kilorl.store.cluster_state import (
     live_members,
 )
 from kilorl.store.metastore.base import Metastore, MetastoreClosed, MetastoreError, Watch
-from kilorl.store.ring import HashRing, diff
 
 log = logging.getLogger(__name__)
 
 
-class ClusterView:
+class MeshView:
     """Live view of the ring and members; subscribers get every ``RingChange`` in epoch order.
 
     Callbacks run on the view's thread: keep them short or hand work to your own.
@@ -42,7 +42,7 @@ class ClusterView:
         self.error: Exception | None = None
         self.resyncs = 0  # times the watch was re-established after an outage
 
-    def start(self) -> ClusterView:
+    def start(self) -> MeshView:
         self._resync(initial=True)
         self._thread = threading.Thread(target=self._run, name="cluster-view", daemon=True)
         self._thread.start()

@@ -1,7 +1,7 @@
 """How a cluster worker reacts to ring changes: record migration, failures, graceful leave.
 
-Mixed into ``ClusterNode`` (``node.py``), whose state it uses (``records``, ``local``,
-``membership``, ``pool``). On every ring epoch the records whose preference list changed
+A component of ``MeshNode`` (``node.py``), given the parts it works on (the record
+table and its lock, the member links, the local copies). On every ring epoch the records whose preference list changed
 go to the members that gained them; when a member's lease ends, records it held become
 L2 (durable) or lost; a leaving worker sends all its records and every object written
 through it to live members, skipping members that are leaving at the same time.
@@ -10,22 +10,37 @@ through it to live members, skipping members that are leaving at the same time.
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
 
-from kilorl.store.cluster_state import MemberInfo, RingChange
 from kilorl.store.errors import ConnectionLost, KeyNotFound, StoreError, WorkerLeaving
-from kilorl.store.meta_records import L2_HOLDER, MetaRecord, pack_records
+from kilorl.store.local.objects import ObjectStore
+from kilorl.store.mesh.copies import LocalCopies
+from kilorl.store.mesh.links import MeshLinks
+from kilorl.store.mesh.records import L2_HOLDER, MetaRecord, pack_records
+from kilorl.store.mesh.state import MemberInfo, RingChange
 
-log = logging.getLogger("kilorl.store.node")
+log = logging.getLogger("kilorl.store.mesh.node")
 _BATCH = 2000
 
 
 class RingMoves:
-    """Ring-change handling of ``ClusterNode``."""
+    """Ring-change handling of a mesh worker: record migration, failures, leave handoff."""
 
-    def _rebalance_loop(self) -> None:
+    def __init__(self, records: dict[str, MetaRecord], lock: threading.RLock, links: MeshLinks,
+                 copies: LocalCopies, store: ObjectStore, leaving: threading.Event, counters: dict[str, int]):
+        self.records, self.lock, self.links, self.copies = records, lock, links, copies
+        self.store, self.leaving, self.counters = store, leaving, counters
+        self.id = links.id
+        self.membership = links.membership
+        self.changes: queue.Queue = queue.Queue()
+        self.last_rebalance_s = 0.0
+
+    def run(self) -> None:
+        """The rebalance thread: one ring change at a time, until ``None`` is queued."""
         while True:
-            change = self._changes.get()
+            change = self.changes.get()
             if change is None:
                 return
             if self.leaving.is_set():
@@ -63,7 +78,7 @@ class RingMoves:
             for i in range(0, len(recs), _BATCH):
                 batch = recs[i:i + _BATCH]
                 try:
-                    self.call_member(member, {"op": "c.meta_copy"}, pack_records(batch))
+                    self.links.call_member(member, {"op": "c.meta_copy"}, pack_records(batch))
                     sent += len(batch)
                 except StoreError as exc:
                     log.warning("sending %d records to %s failed: %s", len(batch), member, exc)
@@ -73,7 +88,7 @@ class RingMoves:
             log.info("epoch %d: sent %d records in %.3fs", change.new.epoch, sent, self.last_rebalance_s)
         return sent
 
-    def _on_member(self, member: str, info: MemberInfo | None) -> None:
+    def on_member(self, member: str, info: MemberInfo | None) -> None:
         if info is not None or member == self.id:
             return
         with self.lock:
@@ -86,7 +101,7 @@ class RingMoves:
                         rec.lost = True
         log.info("member %s is gone: its records were moved to L2 or marked lost", member)
 
-    def _handoff(self, change: RingChange) -> None:
+    def handoff(self, change: RingChange) -> None:
         """Leave: records to their new owners, then every object written here to a live member.
 
         Uses the newest ring (other members may be leaving at the same time); a member that
@@ -101,9 +116,7 @@ class RingMoves:
             records = list(self.records.values())
             self.records.clear()
         self._send_records(records, refused, change)
-        with self.lock:
-            primaries = [(k, c.ver) for k, c in self.local.items() if c.primary]
-        for key, ver in primaries:
+        for key, ver in self.copies.primaries():
             for target in self._targets(key, refused, change, len(self.membership.view.ring) + 1):
                 try:
                     if self._push(key, ver, target):
@@ -133,7 +146,7 @@ class RingMoves:
                 for i in range(0, len(recs), _BATCH):
                     batch = recs[i:i + _BATCH]
                     try:
-                        self.call_member(member, {"op": "c.meta_copy"}, pack_records(batch))
+                        self.links.call_member(member, {"op": "c.meta_copy"}, pack_records(batch))
                         self.counters["records_sent"] += len(batch)
                     except (ConnectionLost, WorkerLeaving):
                         refused.add(member)
@@ -145,20 +158,20 @@ class RingMoves:
 
     def _push(self, key: str, ver: int, target: str) -> bool:
         try:
-            handle = self.w.store.acquire(key)
+            handle = self.store.acquire(key)
         except KeyNotFound:
             return False
         try:
-            with self.w.store.lock:
-                obj = self.w.store.objects.get(key)
+            with self.store.lock:
+                obj = self.store.objects.get(key)
                 mode = (obj.l2_mode or "none") if obj is not None else "none"
-            buf = self.w.store.view(handle.region) if handle.region is not None else handle.data
+            buf = self.store.view(handle.region) if handle.region is not None else handle.data
             if buf is None:
-                buf = memoryview(self.w.store.device.to_host(handle.tensor)).cast("B")
-            self.pool.call(self.address_of(target), {"op": "c.push", "key": key, "ver": ver, "meta": handle.meta,
+                buf = memoryview(self.store.device.to_host(handle.tensor)).cast("B")
+            self.links.pool.call(self.links.address_of(target), {"op": "c.push", "key": key, "ver": ver, "meta": handle.meta,
                                                      "mode": mode}, [buf])
             return True
         finally:
             if handle.region is not None:
-                self.w.store.release([handle.region])
+                self.store.release([handle.region])
 

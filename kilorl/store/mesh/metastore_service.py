@@ -16,12 +16,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kilorl.store.handlers import Reply, arg
 from kilorl.store.metastore import wire
 from kilorl.store.metastore.base import Metastore, MetastoreError, Watch
+from kilorl.store.server.request import Reply, arg
 
 if TYPE_CHECKING:
-    from kilorl.store.worker import Connection, Worker
+    from kilorl.store.server.worker import Connection, Worker
 
 
 class MetastoreService:

@@ -4,7 +4,7 @@ Key layout under ``MembershipConfig.prefix``: ``members/<id>`` (a ``MemberInfo``
 attached to the member's lease) and ``ring`` (``{epoch, vnodes, members}``).
 ``update_ring`` is the only writer of the ring: a compare-and-swap loop, so
 concurrent changes serialize and each bumps the epoch by exactly one.
-See ``kilorl.store.membership`` for the protocol built on it.
+See ``kilorl.store.mesh.membership`` for the protocol built on it.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kilorl.store.mesh.ring import DEFAULT_VNODES, HashRing, RangeMove, diff, validate_member_id
 from kilorl.store.metastore.base import KeyValue, Metastore
-from kilorl.store.ring import DEFAULT_VNODES, HashRing, RangeMove, diff, validate_member_id
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,75 @@
+"""Key-space and service ops: delete, exists, expire, keys, pin, locate, stats, ping, shutdown."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kilorl.store.server.request import OpTable, Reply, arg, ttl_field, user_key
+
+if TYPE_CHECKING:
+    from kilorl.store.server.worker import Connection, Worker
+
+OPS = OpTable()
+
+
+@OPS.op("delete")
+def delete(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    keys = [k for k in arg(h, "keys", list) if isinstance(k, str) and k and not k.startswith("\x00")]
+    present = {k for k, ok in zip(keys, w.store.exists(keys)) if ok}
+    n, l2_keys = w.store.delete(keys)
+    w.delete_l2(l2_keys)
+    return Reply({"n": w.router.on_delete(keys, present, n)})
+
+
+@OPS.op("exists")
+def exists(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    keys = [k for k in arg(h, "keys", list) if isinstance(k, str)]
+    return Reply({"found": [here or w.router.exists_elsewhere(k) for k, here in zip(keys, w.store.exists(keys))]})
+
+
+@OPS.op("expire")
+def expire(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    return Reply({"found": w.keyspace.expire(user_key(h), ttl_field(h))})
+
+
+@OPS.op("keys")
+def keys(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    local = w.keyspace.keys(arg(h, "prefix", str, ""))
+    return Reply({"keys": local if h.get("local_only") else w.router.list_keys(arg(h, "prefix", str, ""), local)})
+
+
+@OPS.op("pin")
+def pin(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    w.keyspace.pin(user_key(h), bool(h.get("on", True)))
+    return Reply()
+
+
+@OPS.op("locate")
+def locate(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    return Reply(w.keyspace.locate(user_key(h)))
+
+
+@OPS.op("stats")
+def stats(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    s = w.keyspace.stats()
+    s.update(pid=w.pid, clients=len(w.connections), arena=str(w.arena.path), versions=w.versions.names(),
+             streams=sorted(w.streams.streams), leases=sum(len(c.leases) for c in list(w.connections.values())))
+    info = w.router.info()
+    if info is not None:
+        s["cluster"] = info
+    return Reply(s)
+
+
+@OPS.op("ping")
+def ping(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    return Reply({"pong": True})
+
+
+@OPS.op("release")
+def release(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    return Reply()  # the "rel" field of every request is handled by the dispatcher
+
+
+@OPS.op("shutdown")
+def shutdown(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    return Reply({"stopping": True}, after=w.request_stop)

@@ -1,0 +1,144 @@
+"""Write ops: ``set`` (payload over the socket), ``alloc``/``commit``/``abort`` (local clients
+write into the arena themselves). User-key writes run between the router's begin/end hooks
+and are announced to it once stored; versions of a published name take their own path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kilorl.store.errors import InvalidRequest
+from kilorl.store.local.objects import Region
+from kilorl.store.local.versions import version_key
+from kilorl.store.server.request import OpTable, Reply, arg, ttl_field, user_key
+
+if TYPE_CHECKING:
+    from kilorl.store.server.worker import Connection, Worker
+
+OPS = OpTable()
+WRITE_MODES = {"none": None, "through": "through", "back": "back"}
+
+
+def _write_fields(w: Worker, header: dict[str, Any]) -> dict[str, Any]:
+    mode_name = arg(header, "mode", str, "none")
+    if mode_name not in WRITE_MODES:
+        raise InvalidRequest(f"mode: must be one of {sorted(WRITE_MODES)}, got {mode_name!r}")
+    mode = WRITE_MODES[mode_name]
+    if mode and w.store.l2 is None:
+        raise InvalidRequest(f"mode: {mode_name!r} needs an L2 directory but this worker has none "
+                             "(start it with --l2-dir); refusing to downgrade silently")
+    tier = arg(header, "tier", str, None)
+    w.store.check_tier(tier)
+    ver = header.get("ver")
+    if ver is not None:
+        if not (isinstance(ver, list) and len(ver) == 2 and isinstance(ver[0], str) and isinstance(ver[1], int)):
+            raise InvalidRequest("ver: must be [name, version]")
+        w.versions.check_new(ver[0], ver[1])
+    meta = arg(header, "meta", dict)
+    return {"meta": meta, "mode": mode, "ttl": ttl_field(header), "tier": tier, "pin": bool(header.get("pin")),
+            "ver": ver}
+
+
+def _finish_put(w: Worker, key: str, size: int, data: Region | bytearray, f: dict[str, Any]) -> Reply:
+    if f["ver"] is not None:
+        key = version_key(*f["ver"])
+    obj, old = w.store.put(key, f["meta"], size, data, tier=f["tier"], ttl=f["ttl"], l2_mode=f["mode"], pin=f["pin"])
+    l2 = w.store.l2
+    if old is not None and old.l2_mode and not f["mode"]:
+        w.delete_l2([(key, old.l2_mode)])
+    if f["mode"] == "through":
+        src, region = w.store.l2_source(obj)
+        try:
+            loc = l2.write(key, obj.meta, size, obj.expires_at, src)
+        finally:
+            del src
+            if region is not None:
+                w.store.release([region])
+        w.store.mark_durable(key, obj.gen, loc)
+    elif f["mode"] == "back":
+        src, region = w.store.l2_source(obj)
+
+        def done(loc, key=key, gen=obj.gen, region=region) -> None:
+            if region is not None:
+                w.store.release([region])
+            if loc is not None:
+                w.store.mark_durable(key, gen, loc)
+
+        l2.enqueue_write(key, obj.gen, obj.meta, size, obj.expires_at, src, done)
+    if f["ver"] is not None:
+        reclaim = w.versions.add(*f["ver"])
+        if reclaim:
+            _, l2_keys = w.store.delete(reclaim)
+            w.delete_l2(l2_keys)
+    return Reply({"gen": obj.gen})
+
+
+def _routed_write(w: Worker, key: str, write: Callable[[], Reply]) -> Reply:
+    """A user-key write between the router's begin/end, announced when it succeeded."""
+    if not key:  # a version of a published name: its own path
+        return write()
+    w.router.begin_write()
+    try:
+        reply = write()
+        w.router.announce(key)
+        return reply
+    finally:
+        w.router.end_write()
+
+
+@OPS.op("set")
+def set_(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    key = user_key(h) if h.get("ver") is None else ""
+
+    def write() -> Reply:
+        f = _write_fields(w, h)
+        size = conn.fs.pending_payload
+        data = w.store.stage(size, f["tier"])
+        try:
+            conn.fs.read_payload_into(w.store.view(data) if isinstance(data, Region) else memoryview(data))
+        except BaseException:
+            if isinstance(data, Region):
+                w.store.release([data])
+            raise
+        return _finish_put(w, key, size, data, f)
+    return _routed_write(w, key, write)
+
+
+@OPS.op("alloc")
+def alloc(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    if not conn.same_host:
+        raise InvalidRequest("alloc: only clients on the worker's host can write into the arena")
+    size = arg(h, "size", int)
+    if size < 0 or size > w.rc.max_payload:
+        raise InvalidRequest(f"size: must be in [0, {w.rc.max_payload}], got {size}")
+    region = w.store.stage(size)
+    ticket = conn.next_id()
+    conn.allocs[ticket] = region
+    return Reply({"offset": region.offset, "ticket": ticket})
+
+
+@OPS.op("commit")
+def commit(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    ticket = arg(h, "ticket", int)
+    key = user_key(h) if h.get("ver") is None else ""
+    if ticket not in conn.allocs:
+        raise InvalidRequest(f"ticket: unknown allocation {ticket}")
+
+    def write() -> Reply:
+        try:
+            f = _write_fields(w, h)
+        except BaseException:
+            w.store.release([conn.allocs.pop(ticket)])
+            raise
+        region = conn.allocs.pop(ticket)
+        return _finish_put(w, key, region.size, region, f)
+    return _routed_write(w, key, write)
+
+
+@OPS.op("abort")
+def abort(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    region = conn.allocs.pop(arg(h, "ticket", int), None)
+    if region is not None:
+        w.store.release([region])
+    return Reply()
