@@ -107,3 +107,24 @@ def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         "updates": meta["updates"],
     }
     return state, meta
+
+
+class Checkpointer:
+    """When to checkpoint (every ``every_env_steps`` and at the end) and the writing itself."""
+
+    def __init__(self, run_dir: Path, every_env_steps: int | None, keep: int, config_json: dict[str, Any],
+                 env_steps: int) -> None:
+        self.run_dir, self.every, self.keep, self.config_json = Path(run_dir), every_env_steps, keep, config_json
+        self.next_due = (env_steps // every_env_steps + 1) * every_env_steps if every_env_steps else None
+        self.last_path: Path | None = None
+        self.last_steps = -1
+
+    def due(self, env_steps: int) -> bool:
+        return self.next_due is not None and env_steps >= self.next_due
+
+    def save(self, learner_state: dict[str, Any], meta: dict[str, Any]) -> Path:
+        self.last_path = save_checkpoint(self.run_dir, learner_state, {**meta, "config": self.config_json}, self.keep)
+        self.last_steps = int(meta["env_steps"])
+        while self.next_due is not None and self.next_due <= self.last_steps:
+            self.next_due += self.every  # type: ignore[operator]
+        return self.last_path
