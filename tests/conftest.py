@@ -48,6 +48,8 @@ def tiny_config(**sections):
         "train": {"total_env_steps": 2048, "seed": 3},
         "logging": {"progress": False, "tensorboard": False, "report_every_s": 0.0},
     }
+    if sections.get("algo", {}).get("name", "ppo") != "ppo":
+        data["algo"] = {}  # the defaults above are PPO's fields
     for name, fields in sections.items():
         data.setdefault(name, {}).update(fields)
     return config_from_dict(data)

@@ -1,9 +1,11 @@
 """``Cluster``: the user's handle on where a run executes.
 
-Three kinds: *local* (nothing given: a run starts an embedded Ray on this machine),
-*attached* (an ``address``, or Ray already running: the real nodes and resources are
-read from Ray) and *described* (``nodes``/``gpus_per_node`` and no Ray: hardware on
-paper, for planning; nothing starts). ``describe()`` and ``plan(config)`` work on all three.
+Three kinds: *attached* (an ``address``, or nothing given while Ray already runs in
+this process: the real nodes and resources are read from Ray; ``nodes``/``gpus_per_node``
+given with an address are checked against them), *described* (``nodes``/``gpus_per_node``
+without an address: hardware on paper, for planning; nothing starts, and training on it
+is refused) and *local* (nothing given, no Ray: a run starts an embedded Ray here).
+``describe()`` and ``plan(config)`` work on all three.
 """
 
 from __future__ import annotations
@@ -112,11 +114,11 @@ class Cluster:
     # ---- kind and backend -----------------------------------------------------------------
     @property
     def kind(self) -> Literal["local", "attached", "described"]:
-        if self.address is not None or _ray_running():
+        if self.address is not None:
             return "attached"
         if self.nodes is not None or self.gpus_per_node is not None:
             return "described"
-        return "local"
+        return "attached" if _ray_running() else "local"
 
     def _check_backend(self) -> None:
         want = self.communication_backend
@@ -152,6 +154,7 @@ class Cluster:
                                "cluster (for describe/plan); to train, give address='auto' (or a Ray address) "
                                "or omit nodes/gpus_per_node to train on this machine")
         if ray.is_initialized():
+            self._check_expectations()
             return False
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
         if self.address is None:
@@ -163,7 +166,26 @@ class Cluster:
         else:
             kwargs["address"] = self.address
         ray.init(**kwargs)
+        try:
+            self._check_expectations()
+        except ClusterError:
+            ray.shutdown()
+            raise
         return True
+
+    def _check_expectations(self) -> None:
+        """``nodes``/``gpus_per_node`` given with an address: the real cluster must have them."""
+        if self.nodes is None and self.gpus_per_node is None:
+            return
+        import ray
+
+        alive = [n for n in ray.nodes() if n.get("Alive")]
+        gpus = [int(n.get("Resources", {}).get("GPU", 0)) for n in alive]
+        if (self.nodes is not None and len(alive) < self.nodes) or (
+            self.gpus_per_node is not None and sum(g >= self.gpus_per_node for g in gpus) < (self.nodes or 1)
+        ):
+            raise ClusterError(f"Cluster(nodes={self.nodes}, gpus_per_node={self.gpus_per_node}) but Ray at "
+                               f"{self.address or 'this process'} has {len(alive)} node(s) with GPUs {gpus}")
 
     # ---- describing and planning --------------------------------------------------------------
     def topology(self) -> Any:
