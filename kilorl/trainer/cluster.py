@@ -136,12 +136,14 @@ class Cluster:
 
     def backend_for(self, device: str) -> str:
         """The concrete backend learners on ``device`` (cpu/cuda/auto) use."""
-        import torch
-
-        cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
         if self.communication_backend != "auto":
             self._check_backend()
             return self.communication_backend
+        if device == "cpu":
+            return "gloo"  # decided without importing torch (start-up: the driver never needs it here)
+        import torch
+
+        cuda = device == "cuda" or torch.cuda.is_available()
         return "nccl" if cuda and "nccl" in local_backends() else "gloo"
 
     # ---- running ----------------------------------------------------------------------------

@@ -73,9 +73,8 @@ class RoleSession:
     def _start(self) -> None:
         import ray
 
-        from kilorl.roles.actor import RolloutWorker
-        from kilorl.roles.learner import LearnerRole
         from kilorl.roles.parameter_store import RayParameterStore
+        from kilorl.roles.remote import ActorProcess, LearnerProcess
 
         cfg, par = self.cfg, self.cfg.parallelism
         t0 = time.perf_counter()
@@ -85,10 +84,10 @@ class RoleSession:
         self.store = RayParameterStore.create(par.parameter_server)
         backend = self.cluster.backend_for(cfg.train.device)
         master = ("127.0.0.1", _free_port()) if par.learner > 1 else None
-        learner_cls = ray.remote(num_cpus=1, num_gpus=1 if cfg.train.device == "cuda" else 0)(LearnerRole)
+        learner_cls = ray.remote(num_cpus=1, num_gpus=1 if cfg.train.device == "cuda" else 0)(LearnerProcess)
         for r in range(par.learner):
             self.learners.append(learner_cls.remote(cfg, self.store, r, par.learner, backend, master, self.state))
-        actor_cls = ray.remote(num_cpus=1)(RolloutWorker)
+        actor_cls = ray.remote(num_cpus=1)(ActorProcess)
         # Fresh seeds after a resume, so a continued run does not replay the same episodes.
         for i in range(par.actor):
             seed = cfg.train.seed * 10_007 + i * 101 + self.iteration * 7_919

@@ -83,7 +83,7 @@ class Trainer:
         return trainer
 
     def fit(self) -> TrainResult:
-        from kilorl.trainer.checkpoint import Checkpointer, load_checkpoint
+        from kilorl.trainer.checkpoint import Checkpointer, load_checkpoint, preload
         from kilorl.trainer.loop import OnPolicyLoop
         from kilorl.trainer.metrics import MetricsWriter
         from kilorl.trainer.reporting import Reporter
@@ -99,6 +99,7 @@ class Trainer:
         env_steps, iteration = int(meta.get("env_steps", 0)), int(meta.get("iteration", 0))
         with RoleSession(cfg, self.cluster, state, iteration) as roles:
             startup_s = time.time() - t_start
+            preload()  # torch for checkpoints, imported while the first rollouts run
             ckpt = Checkpointer(self.run_dir, cfg.checkpoint.every_env_steps, cfg.checkpoint.keep,
                                 cfg.model_dump(mode="json"), env_steps)
             metrics = MetricsWriter(self.run_dir, cfg.train.total_env_steps, cfg.logging.tensorboard, cfg.logging.progress)
