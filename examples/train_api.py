@@ -10,7 +10,7 @@ from kilorl.trainer.evaluate import evaluate
 
 config = load_config(
     Path(__file__).parent / "cartpole_ppo.yaml",
-    overrides=["train.seed=7", "train.stop_return=475", "parallelism.pipeline_depth=1"],
+    overrides=["train.seed=7", "train.stop_return=475", "train.pipeline_depth=1"],
 )
 result = Trainer(config, run_dir="runs/api-cartpole").fit()
 print(f"{result.env_steps} env steps, rolling return {result.episode_return_mean:.1f}")

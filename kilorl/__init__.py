@@ -14,7 +14,7 @@ _LAZY = {
     "load_config": ("kilorl.config", "load_config"),
     "Config": ("kilorl.config", "Config"),
     "Trainer": ("kilorl.trainer", "Trainer"),
-    "Cluster": ("kilorl.trainer", "Cluster"),
+    "Cluster": ("kilorl.trainer.cluster", "Cluster"),
 }
 
 

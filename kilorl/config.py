@@ -9,18 +9,23 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from kilorl.algos.a2c.config import A2CConfig
+from kilorl.algos.ppo.config import PPOConfig
+from kilorl.algos.registry import names as algo_names
+from kilorl.config_section import Section as _Section
 
 
 class ConfigError(ValueError):
     """An invalid configuration; the message names the offending field."""
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+AlgoSection = Annotated[PPOConfig | A2CConfig, Field(discriminator="name")]
+"""The ``algo`` section: ``algo.name`` picks the algorithm's own config class."""
 
 
 class EnvConfig(_Section):
@@ -38,39 +43,6 @@ class EnvConfig(_Section):
     """Clip normalized observations to [-clip_obs, clip_obs]."""
     clip_reward: float = Field(default=10.0, gt=0)
     """Clip normalized rewards to [-clip_reward, clip_reward]."""
-
-
-class PPOConfig(_Section):
-    name: Literal["ppo"] = "ppo"
-    """Algorithm name; PPO is the only on-policy learner so far."""
-    rollout_length: int = Field(default=128, gt=0)
-    """Environment steps each env takes per rollout (batch = actors x envs x this)."""
-    gamma: float = Field(default=0.99, ge=0, le=1)
-    """Discount factor."""
-    gae_lambda: float = Field(default=0.95, ge=0, le=1)
-    """GAE lambda (bias/variance trade-off of the advantage estimate)."""
-    lr: float = Field(default=3e-4, gt=0)
-    """Adam learning rate at the start of training."""
-    anneal_lr: bool = True
-    """Linearly anneal the learning rate to 0 over total_env_steps."""
-    update_epochs: int = Field(default=10, gt=0)
-    """Passes over each rollout batch."""
-    num_minibatches: int = Field(default=4, gt=0)
-    """Minibatches per epoch."""
-    clip_coef: float = Field(default=0.2, gt=0)
-    """Policy ratio clipping epsilon."""
-    clip_vloss: bool = True
-    """Clip the value-function update around the old value estimate."""
-    norm_adv: bool = True
-    """Normalize advantages per minibatch."""
-    ent_coef: float = Field(default=0.0, ge=0)
-    """Entropy bonus coefficient."""
-    vf_coef: float = Field(default=0.5, ge=0)
-    """Value loss coefficient."""
-    max_grad_norm: float = Field(default=0.5, gt=0)
-    """Global gradient-norm clipping threshold."""
-    target_kl: float | None = Field(default=None, gt=0)
-    """Stop the epoch loop early once the approximate KL exceeds this (None: never)."""
 
 
 class ModelConfig(_Section):
@@ -101,8 +73,6 @@ class ParallelismConfig(_Section):
     """Number of learner processes (gradients all-reduced across them)."""
     parameter_server: int = Field(default=1, ge=1)
     """Number of parameter-server shards holding the versioned weights."""
-    pipeline_depth: int = Field(default=0, ge=0, le=4)
-    """Rollouts an actor may run ahead of the learner (0 = fully synchronous)."""
     vector_env: Literal["sync", "async"] = "sync"
     """Gymnasium vector env inside an actor: in-process (sync) or subprocesses (async)."""
 
@@ -132,6 +102,13 @@ class TrainConfig(_Section):
     """Master seed; actors, envs and torch derive theirs from it."""
     gradient_accumulation_steps: int = Field(default=1, ge=1)
     """Split each minibatch into this many micro-batches before one optimizer step."""
+    pipeline_depth: int = Field(default=0, ge=0)
+    """Rollouts actors may run ahead of the learner: rollout ``i`` uses parameters at least
+    version ``i - pipeline_depth`` (0 = actors and learner alternate). Each step of depth
+    keeps one more batch in flight and makes the data one version staler."""
+    overlap_compute_comm: bool = False
+    """Overlap the learners' gradient all-reduce with the backward pass. Not active yet:
+    a run with it set says so at start-up and all-reduces after backward."""
     mixed_precision: Literal["no", "bf16"] = "no"
     """bf16 autocast for the learner's forward/backward pass."""
     device: Literal["auto", "cpu", "cuda"] = "cpu"
@@ -163,8 +140,8 @@ class LoggingConfig(_Section):
 class Config(_Section):
     env: EnvConfig
     """The environment to train on."""
-    algo: PPOConfig = Field(default_factory=PPOConfig)
-    """Algorithm hyperparameters."""
+    algo: AlgoSection = Field(default_factory=PPOConfig)
+    """Algorithm and its hyperparameters; ``algo.name`` selects which (ppo, a2c)."""
     model: ModelConfig = Field(default_factory=ModelConfig)
     """Network architecture."""
     parallelism: ParallelismConfig = Field(default_factory=ParallelismConfig)
@@ -178,50 +155,89 @@ class Config(_Section):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     """Metrics and progress reporting."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _algo_defaults_to_ppo(cls, data: Any) -> Any:
+        """``algo: {lr: ...}`` without a name means PPO, the default algorithm."""
+        if isinstance(data, dict) and isinstance(data.get("algo"), dict) and "name" not in data["algo"]:
+            data = {**data, "algo": {"name": "ppo", **data["algo"]}}
+        return data
+
     @model_validator(mode="after")
-    def _minibatches_fit(self) -> Config:
-        batch = self.parallelism.actor * self.parallelism.envs_per_actor * self.algo.rollout_length
-        if batch % self.algo.num_minibatches:
-            raise ValueError(
-                f"algo.num_minibatches={self.algo.num_minibatches} must divide the rollout batch "
-                f"{batch} (parallelism.actor x parallelism.envs_per_actor x algo.rollout_length)"
-            )
-        mb = batch // self.algo.num_minibatches
-        if mb % self.train.gradient_accumulation_steps:
-            raise ValueError(
-                f"train.gradient_accumulation_steps={self.train.gradient_accumulation_steps} must "
-                f"divide the minibatch size {mb}"
-            )
+    def _batch_fits_the_algorithm(self) -> Config:
+        self.algo.check_batch(self.batch_size, self.train.gradient_accumulation_steps)
         return self
+
+    @property
+    def iterations(self) -> int:
+        """Learner updates the run takes (the last rollout may overshoot total_env_steps)."""
+        return -(-self.train.total_env_steps // self.batch_size)
 
     @property
     def batch_size(self) -> int:
         return self.parallelism.actor * self.parallelism.envs_per_actor * self.algo.rollout_length
 
 
+_MOVED = {("parallelism", "pipeline_depth"): "train.pipeline_depth"}
+"""Fields that moved: the error names their new place."""
+
+
+def _section_model(annotation: Any, tag: Any) -> Any:
+    """The model behind a field annotation; for a discriminated union, the member ``tag`` names."""
+    if get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    members = get_args(annotation)
+    if not members:
+        return annotation
+    for m in members:
+        name = getattr(m, "model_fields", {}).get("name")
+        if name is not None and name.default == tag:
+            return m
+    return None
+
+
 def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     """Walk the schema along `loc` (minus its last element) and list allowed keys."""
     current: Any = model
-    for part in loc[:-1]:
+    parts = list(loc[:-1])
+    while parts:
+        part = parts.pop(0)
         fields = getattr(current, "model_fields", None)
         if not fields or part not in fields:
             return []
         annotation = fields[part].annotation
-        current = annotation
+        if get_args(annotation) and parts:  # a union: pydantic puts the tag in the location
+            current = _section_model(annotation, parts.pop(0))
+        else:
+            current = _section_model(annotation, None)
     fields = getattr(current, "model_fields", None)
     return sorted(fields) if fields else []
+
+
+def _field_name(loc: tuple[Any, ...]) -> str:
+    """``algo.ppo.lr`` -> ``algo.lr``: the union tag is not a key the user wrote."""
+    parts = [str(p) for p in loc]
+    if len(parts) >= 2 and parts[0] == "algo" and parts[1] in algo_names():
+        del parts[1]
+    return ".".join(parts) or "<root>"
 
 
 def _format_validation_error(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
         loc = tuple(e.get("loc", ()))
-        field = ".".join(str(p) for p in loc) or "<root>"
-        if e["type"] == "extra_forbidden":
+        field = _field_name(loc)
+        moved = _MOVED.get(tuple(str(p) for p in loc))
+        if moved:
+            lines.append(f"{field}: moved to {moved}")
+        elif e["type"] == "extra_forbidden":
             allowed = _allowed_fields(Config, loc)
             close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             lines.append(f"{field}: unknown field{hint}; allowed: {', '.join(allowed)}")
+        elif e["type"] == "union_tag_invalid":
+            lines.append(f"{field}.name: unknown algorithm {e.get('ctx', {}).get('tag')!r}; "
+                         f"allowed: {e.get('ctx', {}).get('expected_tags')}")
         elif e["type"] == "literal_error":
             lines.append(f"{field}: {e['msg']} (got {e.get('input')!r})")
         elif e["type"] == "missing":

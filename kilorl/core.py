@@ -1,28 +1,69 @@
-"""The small interfaces every part is built against (Acme-style).
+"""The contracts every part is built against (docs/architecture.md, "Contracts").
 
-An Actor produces experience with a policy copy; a Learner turns experience into new
-parameters; a VariableSource hands out the newest parameters; a ParameterStore is the
-versioned variable source shared by all roles (docs/architecture.md, "Contracts").
+Three levels, each implemented once per kind and called by exactly one other part:
+
+- ``ParameterStore``: versioned parameters shared by all roles (roles call it).
+- ``Actor`` / ``Learner``: the role processes the trainer calls (``ready``/``collect``,
+  ``publish``/``update``/``state``).
+- ``StepRecorder`` / ``AlgorithmLearner`` / ``GradientSync``: what an algorithm supplies
+  to the generic actor and learner roles, and how its learner reaches gradient
+  communication. Algorithms implement them without knowing of Ray.
+
+Rollouts keep the ``[T, N, ...]`` layout (time, env) from the actor to the algorithm.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
-from typing import Any
+import contextlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
+if TYPE_CHECKING:
+    import gymnasium as gym
+    import torch
+
+    from kilorl.config import Config
+    from kilorl.envs.normalization import Moments
+
 Tensors = Mapping[str, Any]
-"""A flat name -> array/tensor mapping (a model's state_dict, a rollout batch)."""
+"""A flat name -> array/tensor mapping (published weights, a model's state_dict)."""
 
 
-class VariableSource(abc.ABC):
-    """Anything that can hand out the current parameters."""
+@dataclass
+class Rollout:
+    """One or more actors' experience for one policy version.
 
-    @abc.abstractmethod
-    def get_variables(self, names: list[str] | None = None) -> Tensors:
-        """Return the current parameters (all, or only ``names``)."""
+    ``steps`` arrays are ``[T, N, ...]`` (time, env); ``last`` arrays are ``[N, ...]`` and
+    describe the state after step ``T`` (e.g. its value, for bootstrapping). ``moments``
+    are raw observation / discounted-return statistics for the learner's normalizers.
+    """
+
+    steps: dict[str, np.ndarray]
+    last: dict[str, np.ndarray] = field(default_factory=dict)
+    moments: dict[str, Moments] = field(default_factory=dict)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(T, N)``: rollout length and number of environments."""
+        return self.steps["rewards"].shape[:2]  # type: ignore[return-value]
+
+
+class RolloutInfo(TypedDict):
+    """What the driver learns about one rollout (the arrays go straight to the learner)."""
+
+    actor: int
+    version: int
+    """Policy version that produced the rollout."""
+    env_steps: int
+    episode_returns: list[float]
+    episode_lengths: list[int]
+    collect_s: float
+    wait_s: float
+    """Seconds spent waiting for the parameters the rollout needed."""
 
 
 class ParameterStore(abc.ABC):
@@ -49,21 +90,106 @@ class ParameterStore(abc.ABC):
         """Block until a version >= ``min_version`` exists; return it. Raises TimeoutError."""
 
 
+# ---- roles: what the trainer calls ------------------------------------------------------
 class Actor(abc.ABC):
-    """Steps environments with a local policy copy and returns trajectories."""
+    """A role that steps environments with a local policy copy."""
 
     @abc.abstractmethod
-    def collect(self, min_version: int) -> dict[str, np.ndarray]:
-        """Run one rollout with parameters at least ``min_version`` new."""
+    def ready(self) -> int:
+        """Return once environments are built and reset (the start-up barrier)."""
+
+    @abc.abstractmethod
+    def collect(self, min_version: int) -> tuple[Rollout, RolloutInfo]:
+        """One rollout with parameters at least ``min_version`` new."""
 
 
 class Learner(abc.ABC):
-    """Consumes batches of experience and produces new parameters."""
+    """A role that turns rollouts into new parameter versions."""
 
     @abc.abstractmethod
-    def step(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
-        """One update on ``batch``; returns scalar training statistics."""
+    def publish(self, version: int) -> None:
+        """Publish the current parameters as ``version`` (rank 0 only; others no-op)."""
+
+    @abc.abstractmethod
+    def update(self, version: int, env_steps_total: int, *rollouts: Rollout) -> dict[str, float]:
+        """Train on ``rollouts`` (merged along the env axis), then publish ``version``."""
 
     @abc.abstractmethod
     def state(self) -> dict[str, Any]:
-        """Everything needed to resume (weights, optimizer, counters)."""
+        """Everything needed to resume (weights, optimizer, normalizers, counters, RNG)."""
+
+
+# ---- algorithms: what the generic roles call ---------------------------------------------
+class StepRecorder(abc.ABC):
+    """What an algorithm keeps per env step, on the actor (its fields beyond obs/actions/rewards/dones)."""
+
+    fields: tuple[str, ...] = ()
+    """Names of the per-step ``[T, N]`` arrays ``act`` returns (one place per algorithm)."""
+
+    @abc.abstractmethod
+    def act(self, model: torch.nn.Module, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
+        """Actions for a ``[N, ...]`` observation batch, and this step's ``[N]`` records."""
+
+    @abc.abstractmethod
+    def value(self, model: torch.nn.Module, obs: torch.Tensor) -> np.ndarray | None:
+        """V(obs) to bootstrap truncated episodes and the rollout's end; None: no critic."""
+
+
+class GradientSync(abc.ABC):
+    """The learner's one door to gradient communication (docs/architecture.md, "Contracts").
+
+    An algorithm calls ``prepare`` once, runs micro-batches except the last inside
+    ``no_sync()``, and calls ``synchronize`` after the last backward of an optimizer
+    step. The implementation decides how: one all-reduce after backward today; DDP
+    buckets overlapped with backward, or compressed gradients, later.
+    """
+
+    world_size: int = 1
+
+    def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Make ranks agree on ``model``; return the module to run forward/backward on."""
+        return model
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Backward passes inside accumulate locally (no communication)."""
+        yield
+
+    @abc.abstractmethod
+    def synchronize(self, params: list[torch.nn.Parameter]) -> None:
+        """Leave the average of all ranks' gradients in every ``param.grad``."""
+
+    @abc.abstractmethod
+    def average_scalars(self, values: list[float]) -> list[float]:
+        """Mean of ``values`` over ranks (e.g. the KL that stops PPO's epochs early)."""
+
+    @abc.abstractmethod
+    def sum_tensor(self, t: torch.Tensor) -> torch.Tensor:
+        """Sum of ``t`` over ranks, in place."""
+
+    def stats(self) -> dict[str, float]:
+        """Communication metrics since the last call (bytes, seconds); merged into the update's."""
+        return {}
+
+
+class AlgorithmLearner(abc.ABC):
+    """An algorithm's update rule: owns model and optimizer, turns a rollout into a step."""
+
+    @abc.abstractmethod
+    def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, grad_sync: GradientSync) -> None: ...
+
+    @abc.abstractmethod
+    def update(self, rollout: Rollout, env_steps_total: int) -> dict[str, float]:
+        """One update on ``rollout`` (``[T, N]``); returns scalar statistics."""
+
+    @abc.abstractmethod
+    def weights(self) -> dict[str, np.ndarray]:
+        """What actors need, under the names the algorithm's layout uses."""
+
+    @abc.abstractmethod
+    def state(self) -> dict[str, Any]:
+        """Checkpointable state (see ``kilorl.trainer.checkpoint``)."""
+
+    @abc.abstractmethod
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``state`` returned."""

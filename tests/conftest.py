@@ -48,6 +48,29 @@ def tiny_config(**sections):
         "train": {"total_env_steps": 2048, "seed": 3},
         "logging": {"progress": False, "tensorboard": False, "report_every_s": 0.0},
     }
+    if sections.get("algo", {}).get("name", "ppo") != "ppo":
+        data["algo"] = {}  # the defaults above are PPO's fields
     for name, fields in sections.items():
         data.setdefault(name, {}).update(fields)
     return config_from_dict(data)
+
+
+def fake_rollout(seed: int, T: int = 32, N: int = 4, obs_dim: int = 4, with_moments: bool = False):
+    """A CartPole-shaped ``[T, N]`` rollout of random data (PPO's and A2C's records)."""
+    import numpy as np
+
+    from kilorl.core import Rollout
+    from kilorl.envs.normalization import Moments
+
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(size=(T, N, obs_dim)).astype(np.float32)
+    steps = {
+        "obs": obs,
+        "actions": rng.integers(0, 2, size=(T, N)),
+        "logp": np.full((T, N), np.log(0.5), np.float32),
+        "values": rng.normal(size=(T, N)).astype(np.float32),
+        "rewards": rng.normal(size=(T, N)).astype(np.float32),
+        "dones": (rng.random((T, N)) < 0.05).astype(np.float32),
+    }
+    moments = {"obs": [Moments.of(obs, (obs_dim,))]} if with_moments else {}
+    return Rollout(steps=steps, last={"values": np.zeros(N, np.float32)}, moments=moments)

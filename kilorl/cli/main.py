@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "store": ("kilorl.cli.store", "run and inspect data-system workers"),
     "topo": ("kilorl.cli.topo", "show this machine's devices and links"),
     "plan": ("kilorl.cli.plan", "placement dry-run of a config on a described cluster"),
+    "cluster": ("kilorl.cli.cluster", "describe a cluster: nodes, devices, links, placed roles"),
     "sched": ("kilorl.cli.sched", "scheduler tools (trace-driven simulation)"),
 }
 

@@ -11,6 +11,8 @@ import json
 import sys
 from typing import Any
 
+from kilorl.trainer.planning import requests_from_config
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="run config YAML")
@@ -26,23 +28,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config field (section.field=value)")
-
-
-def requests_from_config(cfg: Any) -> list:
-    """Gang requests of the three roles (kept here: the cluster layer knows no RL config)."""
-    from kilorl.placement import Affinity, Demand, GangRequest
-
-    par, res = cfg.parallelism, cfg.resources
-
-    def demand(r: Any) -> Demand:
-        return Demand.of(r.gpus, r.cpus, r.memory_gb)
-
-    return [
-        GangRequest("learner", par.learner, demand(res.learner), (Affinity("same_island"),), collective=True),
-        GangRequest("parameter_server", par.parameter_server, demand(res.parameter_server),
-                    (Affinity("near_role", role="learner"),)),
-        GangRequest("actor", par.actor, demand(res.actor)),
-    ]
 
 
 def explain(placement: Any, requests: list) -> list[str]:

@@ -1,4 +1,9 @@
-"""The rollout actor: vectorized environments stepped with a local policy copy."""
+"""The rollout actor: vectorized environments stepped with a local policy copy.
+
+Generic over algorithms: the algorithm's ``StepRecorder`` says what to keep per step;
+everything else (parameters, normalization, episode accounting, truncation bootstrap)
+is the same for every on-policy algorithm. Rollouts stay ``[T, N, ...]``.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +13,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from kilorl.core import Actor, ParameterStore
+from kilorl.algos import get as get_algorithm
+from kilorl.algos import keys
+from kilorl.core import Actor, ParameterStore, Rollout, RolloutInfo
 from kilorl.envs import make_vector_env
 from kilorl.envs.normalization import Moments, normalize
-from kilorl.models import build_actor_critic
-
-POLICY = "policy"
-"""Name under which the learner publishes weights in the parameter store."""
 
 
 class RolloutWorker(Actor):
@@ -22,25 +25,23 @@ class RolloutWorker(Actor):
 
     Plain Python; the trainer wraps it in a Ray actor. Parameters come from the
     parameter store (only the tensors this actor's layout needs); raw observation and
-    return moments go back with the batch so the learner can merge normalizer stats.
+    return moments go back with the rollout so the learner can merge normalizer stats.
     """
 
     def __init__(self, cfg: Any, store: ParameterStore, index: int, seed: int) -> None:
         torch.set_num_threads(cfg.train.torch_threads)
         torch.manual_seed(seed)
         self.cfg, self.store, self.index = cfg, store, index
+        spec = get_algorithm(cfg.algo.name)
+        self.recorder = spec.load("recorder")()
         env = cfg.env
         self.envs = make_vector_env(
             env.id, cfg.parallelism.envs_per_actor, env.kwargs, env.max_episode_steps,
             asynchronous=cfg.parallelism.vector_env == "async",
         )
-        self.model = build_actor_critic(self.envs.single_observation_space, self.envs.single_action_space, cfg.model)
+        self.model = spec.load("model")(self.envs.single_observation_space, self.envs.single_action_space, cfg.model)
         self.model.eval()
-        self.layout = [f"model/{k}" for k in self.model.state_dict()]
-        if env.normalize_obs:
-            self.layout += ["obs_rms/mean", "obs_rms/var"]
-        if env.normalize_reward:
-            self.layout += ["ret_rms/var"]
+        self.layout = keys.actor_layout(list(self.model.state_dict()), env.normalize_obs, env.normalize_reward)
         self.version = -1
         self.obs_mean = np.zeros(self.envs.single_observation_space.shape, np.float32)
         self.obs_var = np.ones_like(self.obs_mean)
@@ -52,22 +53,23 @@ class RolloutWorker(Actor):
         self.ep_length = np.zeros(n, np.int64)
 
     def ready(self) -> int:
-        """Returns once the process is up and its environments are built (start-up barrier)."""
         return self.index
 
     # ---- parameters ---------------------------------------------------------------------
     def _sync(self, min_version: int, timeout: float = 600.0) -> float:
         """Take the newest version >= ``min_version``; returns seconds spent waiting."""
         t0 = time.perf_counter()
-        latest = self.store.wait(POLICY, min_version, timeout)
+        latest = self.store.wait(keys.POLICY, min_version, timeout)
         if latest != self.version:
-            version, tensors = self.store.fetch(POLICY, latest, self.layout)
-            state = {k.removeprefix("model/"): torch.tensor(np.asarray(v)) for k, v in tensors.items() if k.startswith("model/")}
+            version, tensors = self.store.fetch(keys.POLICY, latest, self.layout)
+            state = {k.removeprefix(keys.MODEL): torch.tensor(np.asarray(v)) for k, v in tensors.items()
+                     if k.startswith(keys.MODEL)}
             self.model.load_state_dict(state)
             if self.cfg.env.normalize_obs:
-                self.obs_mean, self.obs_var = np.asarray(tensors["obs_rms/mean"]), np.asarray(tensors["obs_rms/var"])
+                self.obs_mean = np.asarray(tensors[keys.OBS_RMS + "mean"])
+                self.obs_var = np.asarray(tensors[keys.OBS_RMS + "var"])
             if self.cfg.env.normalize_reward:
-                self.ret_var = float(np.asarray(tensors["ret_rms/var"]).reshape(-1)[0])
+                self.ret_var = float(np.asarray(tensors[keys.RET_RMS + "var"]).reshape(-1)[0])
             self.version = version
         return time.perf_counter() - t0
 
@@ -76,80 +78,82 @@ class RolloutWorker(Actor):
             return obs.astype(np.float32, copy=False)
         return normalize(obs, self.obs_mean, self.obs_var, self.cfg.env.clip_obs)
 
+    def _scale(self, reward: np.ndarray) -> np.ndarray:
+        env = self.cfg.env
+        if env.normalize_reward:
+            reward = np.clip(reward / np.sqrt(self.ret_var + 1e-8), -env.clip_reward, env.clip_reward)
+        return reward.astype(np.float32)
+
     # ---- rollout ------------------------------------------------------------------------
-    def collect(self, min_version: int) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    def collect(self, min_version: int) -> tuple[Rollout, RolloutInfo]:
         wait_s = self._sync(min_version)
         t0 = time.perf_counter()
-        cfg, algo = self.cfg, self.cfg.algo
-        T, N = algo.rollout_length, cfg.parallelism.envs_per_actor
+        T, N = self.cfg.algo.rollout_length, self.cfg.parallelism.envs_per_actor
         obs_shape = self.envs.single_observation_space.shape
         act_space = self.envs.single_action_space
-        obs_buf = np.zeros((T, N, *obs_shape), np.float32)
+        steps = {
+            keys.OBS: np.zeros((T, N, *obs_shape), np.float32),
+            keys.ACTIONS: np.zeros((T, N, *act_space.shape), np.int64 if self.model.discrete else np.float32),
+            keys.REWARDS: np.zeros((T, N), np.float32),
+            keys.DONES: np.zeros((T, N), np.float32),
+            **{k: np.zeros((T, N), np.float32) for k in self.recorder.fields},
+        }
         raw_obs = np.zeros((T, N, *obs_shape), np.float64)
-        act_buf = np.zeros((T, N, *act_space.shape), np.int64 if self.model.discrete else np.float32)
-        logp_buf = np.zeros((T, N), np.float32)
-        val_buf = np.zeros((T, N), np.float32)
-        rew_buf = np.zeros((T, N), np.float32)
-        done_buf = np.zeros((T, N), np.float32)
         raw_returns = np.zeros((T, N), np.float64)
         episodes_r: list[float] = []
         episodes_l: list[int] = []
-        gamma = algo.gamma
         for t in range(T):
             raw_obs[t] = self.obs
             obs_n = self._norm_obs(self.obs)
-            obs_buf[t] = obs_n
-            actions, logp, values = self.model.act(torch.from_numpy(obs_n))
-            act_buf[t] = actions.numpy()
-            logp_buf[t] = logp.numpy()
-            val_buf[t] = values.numpy()
+            steps[keys.OBS][t] = obs_n
+            with torch.no_grad():
+                actions, record = self.recorder.act(self.model, torch.from_numpy(obs_n))
+            steps[keys.ACTIONS][t] = actions.numpy()
+            for k, v in record.items():
+                steps[k][t] = v
             self.obs, reward, terminated, truncated, info = self.envs.step(self.model.to_env_action(actions))
-            reward = np.asarray(reward, np.float64)
-            done = np.logical_or(terminated, truncated)
-            self.ep_return += reward
-            self.ep_length += 1
-            self.discounted = self.discounted * gamma + reward
-            raw_returns[t] = self.discounted
-            if cfg.env.normalize_reward:
-                scaled = np.clip(reward / np.sqrt(self.ret_var + 1e-8), -cfg.env.clip_reward, cfg.env.clip_reward)
-            else:
-                scaled = reward
-            scaled = scaled.astype(np.float32)
-            # A time-limit truncation is not a terminal state: bootstrap its value.
-            bootstrap = np.logical_and(truncated, np.logical_not(terminated))
-            if bootstrap.any():
-                final = np.stack([info["final_obs"][i] for i in np.flatnonzero(bootstrap)])
-                with torch.no_grad():
-                    v_final = self.model.value(torch.from_numpy(self._norm_obs(final))).numpy()
-                scaled[bootstrap] += gamma * v_final
-            rew_buf[t] = scaled
-            done_buf[t] = done
-            if done.any():
-                for i in np.flatnonzero(done):
-                    episodes_r.append(float(self.ep_return[i]))
-                    episodes_l.append(int(self.ep_length[i]))
-                self.ep_return[done] = 0.0
-                self.ep_length[done] = 0
-                self.discounted[done] = 0.0
-        with torch.no_grad():
-            last_values = self.model.value(torch.from_numpy(self._norm_obs(self.obs))).numpy()
-        obs_m = Moments.of(raw_obs, obs_shape)
-        ret_m = Moments.of(raw_returns)
-        batch = {
-            "obs": obs_buf, "actions": act_buf, "logp": logp_buf, "values": val_buf,
-            "rewards": rew_buf, "dones": done_buf, "last_values": last_values.astype(np.float32),
-            "obs_moments_mean": obs_m.mean[None].astype(np.float32), "obs_moments_var": obs_m.var[None].astype(np.float32),
-            "obs_moments_count": np.array([obs_m.count]),
-            "ret_moments_mean": np.array([ret_m.mean], np.float32).reshape(1, 1),
-            "ret_moments_var": np.array([ret_m.var], np.float32).reshape(1, 1),
-            "ret_moments_count": np.array([ret_m.count]),
-        }
-        info_out = {
-            "actor": self.index, "version": self.version, "env_steps": T * N,
-            "episode_returns": episodes_r, "episode_lengths": episodes_l,
-            "collect_s": time.perf_counter() - t0, "wait_s": wait_s,
-        }
-        return batch, info_out
+            done, raw_returns[t] = self._account(np.asarray(reward, np.float64), terminated, truncated,
+                                                 episodes_r, episodes_l)
+            steps[keys.REWARDS][t] = self._bootstrapped(reward, terminated, truncated, info)
+            steps[keys.DONES][t] = done
+        last_values = self.recorder.value(self.model, torch.from_numpy(self._norm_obs(self.obs)))
+        rollout = Rollout(
+            steps=steps,
+            last={} if last_values is None else {keys.LAST_VALUES: last_values.astype(np.float32)},
+            moments={keys.OBS_MOMENTS: [Moments.of(raw_obs, obs_shape)], keys.RET_MOMENTS: [Moments.of(raw_returns)]},
+        )
+        info_out = RolloutInfo(
+            actor=self.index, version=self.version, env_steps=T * N, episode_returns=episodes_r,
+            episode_lengths=episodes_l, collect_s=time.perf_counter() - t0, wait_s=wait_s,
+        )
+        return rollout, info_out
+
+    def _account(self, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+                 episodes_r: list[float], episodes_l: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Episode returns/lengths; returns ``done`` and the discounted return (for reward scaling)."""
+        done = np.logical_or(terminated, truncated)
+        self.ep_return += reward
+        self.ep_length += 1
+        self.discounted = self.discounted * self.cfg.algo.gamma + reward
+        discounted = self.discounted.copy()
+        for i in np.flatnonzero(done):
+            episodes_r.append(float(self.ep_return[i]))
+            episodes_l.append(int(self.ep_length[i]))
+        self.ep_return[done] = 0.0
+        self.ep_length[done] = 0
+        self.discounted[done] = 0.0
+        return done, discounted
+
+    def _bootstrapped(self, reward: Any, terminated: np.ndarray, truncated: np.ndarray, info: dict) -> np.ndarray:
+        """Scaled reward; a time-limit truncation is not terminal, so its value is folded in."""
+        scaled = self._scale(np.asarray(reward, np.float64))
+        bootstrap = np.logical_and(truncated, np.logical_not(terminated))
+        if bootstrap.any():
+            final = np.stack([info["final_obs"][i] for i in np.flatnonzero(bootstrap)])
+            v_final = self.recorder.value(self.model, torch.from_numpy(self._norm_obs(final)))
+            if v_final is not None:
+                scaled[bootstrap] += self.cfg.algo.gamma * v_final
+        return scaled
 
     def close(self) -> None:
         self.envs.close()

@@ -1,4 +1,9 @@
-"""The learner role: a PPO learner that publishes each new version to the parameter store."""
+"""The learner role: any registered algorithm's update, publishing each new version.
+
+Generic: it looks the algorithm up by ``algo.name``, gives it a ``GradientSync`` for
+gradient communication, merges the actors' rollouts along the env axis (``[T, N]``
+stays ``[T, N_total]``) and publishes what the algorithm's ``weights()`` returns.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +14,33 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from kilorl.algos.ppo import PPOLearner, merge_batches
-from kilorl.comm import GradientAllReducer, init_process_group
-from kilorl.core import Learner, ParameterStore
-from kilorl.roles.actor import POLICY
+from kilorl.algos import get as get_algorithm
+from kilorl.algos import keys
+from kilorl.comm import init_process_group
+from kilorl.core import GradientSync, Learner, ParameterStore, Rollout
+from kilorl.envs import make_env
+from kilorl.roles.grad_sync import AllReduceSync
+
+
+def merge_rollouts(rollouts: list[Rollout]) -> Rollout:
+    """Concatenate actors' rollouts along the env axis: ``steps`` on axis 1, ``last`` on axis 0."""
+    if len(rollouts) == 1:
+        return rollouts[0]
+    first = rollouts[0]
+    return Rollout(
+        steps={k: np.concatenate([r.steps[k] for r in rollouts], axis=1) for k in first.steps},
+        last={k: np.concatenate([r.last[k] for r in rollouts], axis=0) for k in first.last},
+        moments={k: [m for r in rollouts for m in r.moments.get(k, [])] for k in first.moments},
+    )
+
+
+def env_spaces(cfg: Any) -> tuple[gym.Space, gym.Space]:
+    """Observation and action space of the run's environment (built once, then closed)."""
+    probe = make_env(cfg.env.id, cfg.env.kwargs, cfg.env.max_episode_steps)
+    try:
+        return probe.observation_space, probe.action_space
+    finally:
+        probe.close()
 
 
 class LearnerRole(Learner):
@@ -22,13 +50,12 @@ class LearnerRole(Learner):
         self,
         cfg: Any,
         store: ParameterStore,
-        obs_space: gym.Space,
-        action_space: gym.Space,
         rank: int = 0,
         world: int = 1,
         backend: str = "gloo",
         master: tuple[str, int] | None = None,
         state: dict[str, Any] | None = None,
+        grad_sync: GradientSync | None = None,
     ) -> None:
         torch.set_num_threads(cfg.train.torch_threads)
         torch.manual_seed(cfg.train.seed)
@@ -37,29 +64,28 @@ class LearnerRole(Learner):
                 raise ValueError("several learners need a master address for the process group")
             init_process_group(backend, rank, world, *master)
         self.rank, self.world, self.store = rank, world, store
-        self.learner = PPOLearner(cfg, obs_space, action_space, GradientAllReducer(world))
+        obs_space, action_space = env_spaces(cfg)  # probed here, in parallel with the actors' start
+        self.grad_sync = grad_sync or AllReduceSync(world)
+        self.algorithm = get_algorithm(cfg.algo.name).load("learner")(cfg, obs_space, action_space, self.grad_sync)
         if state is not None:
-            self.learner.load_state(state)
+            self.algorithm.load_state(state)
 
     def publish(self, version: int) -> None:
         if self.rank == 0:
-            self.store.publish(POLICY, version, self.learner.weights())
+            self.store.publish(keys.POLICY, version, self.algorithm.weights())
 
-    def step(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
-        return self.learner.update(batch, self.learner.env_steps + batch["rewards"].size)
-
-    def update(self, version: int, env_steps_total: int, *batches: dict[str, np.ndarray]) -> dict[str, float]:
-        """Train on the actors' batches, then publish the result as ``version``."""
+    def update(self, version: int, env_steps_total: int, *rollouts: Rollout) -> dict[str, float]:
         t0 = time.perf_counter()
-        stats = self.learner.update(merge_batches(list(batches)), env_steps_total)
+        stats = self.algorithm.update(merge_rollouts(list(rollouts)), env_steps_total)
         t1 = time.perf_counter()
         self.publish(version)
-        stats.update(learner_update_s=t1 - t0, publish_s=time.perf_counter() - t1)
+        stats.update(self.grad_sync.stats(), learner_update_s=t1 - t0, publish_s=time.perf_counter() - t1)
         return stats
 
     def state(self) -> dict[str, Any]:
-        return self.learner.state()
+        return self.algorithm.state()
 
     def weights_digest(self) -> float:
         """A cheap fingerprint of the weights (tests check that ranks agree)."""
-        return float(sum(p.double().sum() for p in self.learner.model.parameters()))
+        return float(sum(np.asarray(v, np.float64).sum() for k, v in self.algorithm.weights().items()
+                         if k.startswith(keys.MODEL)))

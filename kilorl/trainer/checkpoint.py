@@ -5,6 +5,9 @@ Layout of one checkpoint directory (``checkpoints/step_<env_steps>``):
 normalizer statistics, RNG state) and ``meta.json`` (counters, optimizer structure, the
 resolved config). Written to a temporary directory and renamed, so a crash mid-write
 never leaves a half checkpoint that ``latest_checkpoint`` would pick up.
+
+torch and safetensors are imported when first needed (the driver of a run does not need
+torch to start; ``preload`` imports them in the background once the roles are up).
 """
 
 from __future__ import annotations
@@ -12,17 +15,21 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from safetensors.torch import load_file, save_file
+
+if TYPE_CHECKING:
+    import torch
 
 PREFIX = "step_"
 
 
 def _flatten_optimizer(opt_state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    import torch
+
     tensors: dict[str, torch.Tensor] = {}
     scalars: dict[str, dict[str, Any]] = {}
     for idx, per_param in opt_state["state"].items():
@@ -46,8 +53,18 @@ def _unflatten_optimizer(tensors: dict[str, torch.Tensor], structure: dict[str, 
     return {"state": state, "param_groups": structure["param_groups"]}
 
 
+def preload() -> threading.Thread:
+    """Import torch and safetensors in a background thread (joined implicitly by the next import)."""
+    thread = threading.Thread(target=lambda: __import__("safetensors.torch"), name="kilorl-preload", daemon=True)
+    thread.start()
+    return thread
+
+
 def save_checkpoint(run_dir: Path, learner_state: dict[str, Any], meta: dict[str, Any], keep: int = 3) -> Path:
     """Write a checkpoint for ``meta['env_steps']``; keep the newest ``keep``."""
+    import torch
+    from safetensors.torch import save_file
+
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{PREFIX}{int(meta['env_steps']):012d}"
@@ -94,6 +111,8 @@ def resolve_checkpoint(path: Path) -> Path:
 
 def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """Return ``(learner_state, meta)`` as saved by ``save_checkpoint``."""
+    from safetensors.torch import load_file
+
     ckpt = resolve_checkpoint(path)
     meta = json.loads((ckpt / "meta.json").read_text())
     model = load_file(str(ckpt / "model.safetensors"))
@@ -107,3 +126,24 @@ def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         "updates": meta["updates"],
     }
     return state, meta
+
+
+class Checkpointer:
+    """When to checkpoint (every ``every_env_steps`` and at the end) and the writing itself."""
+
+    def __init__(self, run_dir: Path, every_env_steps: int | None, keep: int, config_json: dict[str, Any],
+                 env_steps: int) -> None:
+        self.run_dir, self.every, self.keep, self.config_json = Path(run_dir), every_env_steps, keep, config_json
+        self.next_due = (env_steps // every_env_steps + 1) * every_env_steps if every_env_steps else None
+        self.last_path: Path | None = None
+        self.last_steps = -1
+
+    def due(self, env_steps: int) -> bool:
+        return self.next_due is not None and env_steps >= self.next_due
+
+    def save(self, learner_state: dict[str, Any], meta: dict[str, Any]) -> Path:
+        self.last_path = save_checkpoint(self.run_dir, learner_state, {**meta, "config": self.config_json}, self.keep)
+        self.last_steps = int(meta["env_steps"])
+        while self.next_due is not None and self.next_due <= self.last_steps:
+            self.next_due += self.every  # type: ignore[operator]
+        return self.last_path

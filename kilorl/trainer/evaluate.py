@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from kilorl.algos import get as get_algorithm
 from kilorl.config import config_from_dict
 from kilorl.envs import make_env
 from kilorl.envs.normalization import normalize
-from kilorl.models import build_actor_critic
 from kilorl.trainer.checkpoint import load_checkpoint, resolve_checkpoint
 
 
@@ -31,7 +31,7 @@ def evaluate(path: str | Path, episodes: int = 20, deterministic: bool = True, s
     state, meta = load_checkpoint(ckpt)
     cfg = config_from_dict(meta["config"])
     env = make_env(cfg.env.id, cfg.env.kwargs, cfg.env.max_episode_steps)
-    model = build_actor_critic(env.observation_space, env.action_space, cfg.model)
+    model = get_algorithm(cfg.algo.name).load("model")(env.observation_space, env.action_space, cfg.model)
     model.load_state_dict(state["model"])
     model.eval()
     mean, var = state["obs_rms"]["mean"], state["obs_rms"]["var"]

@@ -1,13 +1,47 @@
-"""Where metrics go: metrics.jsonl, TensorBoard and a live progress bar."""
+"""Where metrics go: metrics.jsonl, TensorBoard and a live progress bar.
+
+TensorBoard events are written by a background thread that also does the (slow, torch
+pulling) import of the writer, so neither start-up nor a report waits for it.
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import queue
+import threading
 from pathlib import Path
 from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+
+class _TensorBoardThread:
+    """Scalars go into a queue; the thread imports the writer once and drains the queue."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self._queue: queue.Queue[tuple[dict[str, float], int] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, args=(log_dir,), name="kilorl-tensorboard", daemon=True)
+        self._thread.start()
+
+    def _run(self, log_dir: Path) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(log_dir=str(log_dir))
+        try:
+            while (item := self._queue.get()) is not None:
+                scalars, step = item
+                for k, v in scalars.items():
+                    writer.add_scalar(k, v, step)
+        finally:
+            writer.close()
+
+    def add(self, scalars: dict[str, float], step: int) -> None:
+        self._queue.put((scalars, step))
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
 
 
 class MetricsWriter:
@@ -16,11 +50,7 @@ class MetricsWriter:
     def __init__(self, run_dir: Path, total_env_steps: int, tensorboard: bool = True, progress: bool = True) -> None:
         self.path = Path(run_dir) / "metrics.jsonl"
         self._file = self.path.open("a", buffering=1)
-        self._tb = None
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._tb = SummaryWriter(log_dir=str(Path(run_dir) / "tb"))
+        self._tb = _TensorBoardThread(Path(run_dir) / "tb") if tensorboard else None
         self._progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.fields[info]}"), TimeElapsedColumn(), disable=not progress, transient=False,
@@ -33,9 +63,8 @@ class MetricsWriter:
         self._file.write(json.dumps(clean) + "\n")
         step = int(row["env_steps"])
         if self._tb is not None:
-            for k, v in row.items():
-                if isinstance(v, (int, float)) and k != "env_steps" and v is not None and math.isfinite(v):
-                    self._tb.add_scalar(k, v, step)
+            self._tb.add({k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+                          and k != "env_steps" and math.isfinite(v)}, step)
         ret = row.get("episode_return_mean")
         info = f"{row.get('sps', 0):,.0f} SPS" + (f"  return {ret:.1f}" if ret is not None else "")
         self._progress.update(self._task, completed=step, info=info)

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from kilorl.algos.ppo_loss import ppo_loss
+from kilorl.algos.ppo.loss import ppo_loss
 
 
 def test_clipped_objective_matches_hand_computation():

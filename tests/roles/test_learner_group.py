@@ -2,41 +2,26 @@
 
 from __future__ import annotations
 
-import gymnasium as gym
 import numpy as np
 
 from kilorl.roles.learner import LearnerRole
 from kilorl.roles.parameter_store import RayParameterStore
-from tests.conftest import tiny_config
-
-
-def fake_batch(seed: int, T: int = 32, N: int = 4) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return {
-        "obs": rng.normal(size=(T, N, 4)).astype(np.float32),
-        "actions": rng.integers(0, 2, size=(T, N)),
-        "logp": np.full((T, N), np.log(0.5), np.float32),
-        "values": rng.normal(size=(T, N)).astype(np.float32),
-        "rewards": rng.normal(size=(T, N)).astype(np.float32),
-        "dones": (rng.random((T, N)) < 0.05).astype(np.float32),
-        "last_values": np.zeros(N, np.float32),
-    }
+from tests.conftest import fake_rollout, tiny_config
 
 
 def test_two_learners_take_identical_steps_on_different_data(ray_local):
     import ray
 
-    from kilorl.trainer.trainer import _free_port
+    from kilorl.trainer.session import _free_port
 
     cfg = tiny_config(parallelism={"learner": 2, "actor": 2})
-    env = gym.make("CartPole-v1")
     store = RayParameterStore.create(2)
     remote = ray.remote(num_cpus=1)(LearnerRole)
     master = ("127.0.0.1", _free_port())
-    learners = [remote.remote(cfg, store, env.observation_space, env.action_space, r, 2, "gloo", master) for r in range(2)]
+    learners = [remote.remote(cfg, store, r, 2, "gloo", master) for r in range(2)]
     before = ray.get([lr.weights_digest.remote() for lr in learners])
     assert before[0] == before[1]  # rank 0's initial weights were broadcast
-    stats = ray.get([lr.update.remote(1, 256, fake_batch(seed=r)) for r, lr in enumerate(learners)])
+    stats = ray.get([lr.update.remote(1, 256, fake_rollout(seed=r)) for r, lr in enumerate(learners)])
     after = ray.get([lr.weights_digest.remote() for lr in learners])
     assert after[0] == after[1] != before[0]
     assert all(np.isfinite(s["policy_loss"]) for s in stats)

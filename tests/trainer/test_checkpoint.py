@@ -5,24 +5,21 @@ from __future__ import annotations
 import gymnasium as gym
 import torch
 
-from kilorl.algos.ppo import PPOLearner
+from kilorl.algos.ppo.learner import PPOLearner
+from kilorl.roles.grad_sync import AllReduceSync
 from kilorl.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from tests.conftest import tiny_config
-from tests.roles.test_learner_group import fake_batch
+from tests.conftest import fake_rollout, tiny_config
 
 
 def make_learner(cfg):
     env = gym.make("CartPole-v1")
-    return PPOLearner(cfg, env.observation_space, env.action_space)
+    return PPOLearner(cfg, env.observation_space, env.action_space, AllReduceSync(1))
 
 
 def test_round_trip_restores_weights_optimizer_and_normalizers(tmp_path):
     cfg = tiny_config(env={"id": "CartPole-v1", "normalize_obs": True})
     learner = make_learner(cfg)
-    batch = fake_batch(0)
-    batch.update(obs_moments_mean=batch["obs"].mean((0, 1))[None], obs_moments_var=batch["obs"].var((0, 1))[None],
-                 obs_moments_count=[128.0])
-    learner.update(batch, 128)
+    learner.update(fake_rollout(0, with_moments=True), 128)
     path = save_checkpoint(tmp_path, learner.state(), {"env_steps": 128, "iteration": 1, "config": cfg.model_dump(mode="json")})
     state, meta = load_checkpoint(tmp_path)
     assert meta["env_steps"] == 128 and meta["iteration"] == 1 and path == latest_checkpoint(tmp_path)
@@ -31,17 +28,18 @@ def test_round_trip_restores_weights_optimizer_and_normalizers(tmp_path):
     fresh.load_state(state)
     for a, b in zip(learner.model.parameters(), fresh.model.parameters()):
         assert torch.equal(a, b)
-    sa, sb = learner.optimizer.state_dict(), fresh.optimizer.state_dict()
+    sa, sb = learner.ac.optimizer.state_dict(), fresh.ac.optimizer.state_dict()
     for idx in sa["state"]:
         for key in ("exp_avg", "exp_avg_sq", "step"):
             assert torch.equal(torch.as_tensor(sa["state"][idx][key]), torch.as_tensor(sb["state"][idx][key]))
     assert sa["param_groups"][0]["lr"] == sb["param_groups"][0]["lr"]
-    assert (fresh.obs_rms.mean == learner.obs_rms.mean).all() and fresh.obs_rms.count == learner.obs_rms.count
+    assert (fresh.ac.obs_rms.mean == learner.ac.obs_rms.mean).all() and fresh.ac.obs_rms.count == learner.ac.obs_rms.count
+    assert fresh.ac.obs_rms.count > 128  # the rollout's moments were merged
     # Same RNG + same state => the next update is bit-identical.
     torch.manual_seed(7)
-    s1 = learner.update(fake_batch(1), 256)
+    s1 = learner.update(fake_rollout(1), 256)
     torch.manual_seed(7)
-    s2 = fresh.update(fake_batch(1), 256)
+    s2 = fresh.update(fake_rollout(1), 256)
     assert s1["policy_loss"] == s2["policy_loss"]
 
 

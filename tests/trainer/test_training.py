@@ -52,8 +52,9 @@ def test_resume_continues_from_the_saved_step(ray_local, tmp_path):
 def test_many_roles_pipelined_bf16_accumulated(ray_local, tmp_path):
     """Every knob at once: 2 learners (gloo), 2 actors, 2 PS shards, depth 1, bf16, accumulation."""
     cfg = tiny_config(
-        parallelism={"actor": 2, "envs_per_actor": 4, "learner": 2, "parameter_server": 2, "pipeline_depth": 1},
-        train={"total_env_steps": 4096, "gradient_accumulation_steps": 2, "mixed_precision": "bf16", "seed": 2},
+        parallelism={"actor": 2, "envs_per_actor": 4, "learner": 2, "parameter_server": 2},
+        train={"pipeline_depth": 1, "total_env_steps": 4096, "gradient_accumulation_steps": 2,
+               "mixed_precision": "bf16", "seed": 2},
     )
     result = Trainer(cfg, tmp_path / "run").fit()
     rows = read_metrics(tmp_path / "run")

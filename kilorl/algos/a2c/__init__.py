@@ -1,0 +1,1 @@
+"""Advantage actor-critic (Mnih et al., 2016), synchronous: the seam's second algorithm."""

@@ -1,0 +1,77 @@
+"""A2C's update: one gradient step per rollout on the advantage-weighted log-likelihood.
+
+It exists to prove the seam: a second algorithm, in its own folder, trained by the same
+trainer and roles with no change to either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from kilorl.algos import keys
+from kilorl.algos.actor_critic import ActorCriticState, adam, explained_variance
+from kilorl.algos.gae import compute_gae
+from kilorl.core import AlgorithmLearner, GradientSync, Rollout
+
+
+def rmsprop(params: list[torch.nn.Parameter], lr: float) -> torch.optim.Optimizer:
+    """RMSprop as the A2C paper and SB3 configure it (alpha 0.99, eps 1e-5)."""
+    return torch.optim.RMSprop(params, lr=lr, alpha=0.99, eps=1e-5)
+
+
+class A2CLearner(AlgorithmLearner):
+    """Policy loss -A log pi(a|s), value loss (V - R)^2, entropy bonus; one step per rollout."""
+
+    def __init__(self, cfg: Any, obs_space: gym.Space, action_space: gym.Space, grad_sync: GradientSync) -> None:
+        self.cfg, self.algo = cfg, cfg.algo
+        make_opt = rmsprop if cfg.algo.optimizer == "rmsprop" else adam
+        self.ac = ActorCriticState(cfg, obs_space, action_space, grad_sync, make_opt)
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.ac.model
+
+    def update(self, rollout: Rollout, env_steps_total: int) -> dict[str, float]:
+        ac, algo, steps = self.ac, self.algo, rollout.steps
+        ac.merge_moments(rollout)
+        adv, ret = compute_gae(steps[keys.REWARDS], steps[keys.VALUES], steps[keys.DONES],
+                               rollout.last[keys.LAST_VALUES], algo.gamma, algo.gae_lambda)
+        obs, actions = ac.tensor(steps[keys.OBS]), ac.tensor(steps[keys.ACTIONS])
+        advantages = torch.as_tensor(adv.reshape(-1), device=ac.device)
+        returns = torch.as_tensor(ret.reshape(-1), device=ac.device)
+        if algo.norm_adv and advantages.numel() > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        lr = ac.set_lr(env_steps_total)
+        micro = max(1, self.cfg.train.gradient_accumulation_steps)
+        parts = torch.arange(advantages.numel(), device=ac.device).chunk(micro)
+        ac.optimizer.zero_grad(set_to_none=True)
+        totals = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0}
+        for i, part in enumerate(parts):
+            quiet = ac.grad_sync.no_sync() if i < len(parts) - 1 else contextlib.nullcontext()
+            with quiet:
+                with ac.autocast():
+                    logp, entropy, values = ac.module.evaluate_actions(obs[part], actions[part])
+                policy = -(advantages[part] * logp).mean()
+                value = 0.5 * ((returns[part] - values) ** 2).mean()
+                ent = entropy.mean()
+                ((policy + algo.vf_coef * value - algo.ent_coef * ent) / micro).backward()
+            for k, v in (("policy_loss", policy), ("value_loss", value), ("entropy", ent)):
+                totals[k] += float(v.detach()) / micro
+        grad_norm = ac.step()
+        ac.updates += 1
+        return {**totals, "lr": lr, "grad_norm": float(grad_norm),
+                "explained_variance": explained_variance(ret, steps[keys.VALUES])}
+
+    def weights(self) -> dict[str, np.ndarray]:
+        return self.ac.weights()
+
+    def state(self) -> dict[str, Any]:
+        return self.ac.state()
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.ac.load_state(state)

@@ -1,0 +1,152 @@
+"""What actor-critic algorithms share: model, optimizer, normalizers, publishing, checkpoints.
+
+Composition, not inheritance: PPO and A2C each hold an ``ActorCriticState`` and write
+only their update. The recorder records V(s) (and the action's log-prob where asked).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from kilorl.algos import keys
+from kilorl.core import GradientSync, Rollout, StepRecorder
+from kilorl.envs.normalization import Moments, RunningMeanStd
+from kilorl.models import build_actor_critic
+
+torch.distributions.Distribution.set_default_validate_args(False)
+
+
+def pick_device(want: str) -> torch.device:
+    device = torch.device("cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("train.device=cuda but torch sees no CUDA device; use train.device=cpu or auto")
+    return device
+
+
+def adam(params: list[torch.nn.Parameter], lr: float) -> torch.optim.Optimizer:
+    """Adam with the fused kernel where this torch build has one (measured ~15% faster step)."""
+    try:
+        return torch.optim.Adam(params, lr=lr, eps=1e-5, fused=True)
+    except (RuntimeError, TypeError):
+        return torch.optim.Adam(params, lr=lr, eps=1e-5)
+
+
+class ActorCriticState:
+    """Model, optimizer and normalizer statistics of one learner rank, kept identical across ranks."""
+
+    def __init__(self, cfg: Any, obs_space: gym.Space, action_space: gym.Space, grad_sync: GradientSync,
+                 make_optimizer: Callable[[list[torch.nn.Parameter], float], torch.optim.Optimizer] = adam) -> None:
+        self.cfg, self.grad_sync = cfg, grad_sync
+        self.device = pick_device(cfg.train.device)
+        self.model = build_actor_critic(obs_space, action_space, cfg.model).to(self.device)
+        self.module = grad_sync.prepare(self.model)
+        self.params = list(self.model.parameters())
+        self.optimizer = make_optimizer(self.params, cfg.algo.lr)
+        self.obs_rms = RunningMeanStd(obs_space.shape)
+        self.ret_rms = RunningMeanStd(())
+        self.env_steps = 0
+        self.updates = 0
+        self.autocast_on = cfg.train.mixed_precision == "bf16"
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if not self.autocast_on:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+
+    def set_lr(self, env_steps_total: int) -> float:
+        """Advance the step counter and apply the (optionally annealed) learning rate."""
+        self.env_steps = env_steps_total
+        algo = self.cfg.algo
+        lr = algo.lr * max(0.0, 1.0 - self.env_steps / self.cfg.train.total_env_steps) if algo.anneal_lr else algo.lr
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def step(self) -> torch.Tensor:
+        """Average gradients over ranks, clip, take the optimizer step; returns the grad norm."""
+        self.grad_sync.synchronize(self.params)
+        norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.algo.max_grad_norm, foreach=True)
+        self.optimizer.step()
+        return norm
+
+    def tensor(self, array: np.ndarray, flat_dims: int = 2) -> torch.Tensor:
+        """``[T, N, ...]`` -> ``[T*N, ...]`` on the learner's device (a copy: Ray's views are read-only)."""
+        return torch.tensor(array.reshape(-1, *array.shape[flat_dims:]), device=self.device)
+
+    # ---- normalizers ----------------------------------------------------------------------
+    def merge_moments(self, rollout: Rollout) -> None:
+        """Fold the actors' raw observation/return moments (all ranks') into the statistics."""
+        for rms, key in ((self.obs_rms, keys.OBS_MOMENTS), (self.ret_rms, keys.RET_MOMENTS)):
+            parts: list[Moments] = rollout.moments.get(key, [])  # type: ignore[assignment]
+            if not parts:
+                continue
+            counts = np.array([m.count for m in parts], np.float64)
+            means = np.stack([np.asarray(m.mean, np.float64).reshape(-1) for m in parts])
+            vars_ = np.stack([np.asarray(m.var, np.float64).reshape(-1) for m in parts])
+            n = torch.tensor([counts.sum()], dtype=torch.float64)
+            s1 = torch.as_tensor((counts[:, None] * means).sum(0))
+            s2 = torch.as_tensor((counts[:, None] * (vars_ + means**2)).sum(0))
+            n, s1, s2 = (self.grad_sync.sum_tensor(t) for t in (n, s1, s2))
+            total = float(n[0])
+            if total <= 0:
+                continue
+            mean = (s1 / total).numpy()
+            var = np.maximum((s2 / total).numpy() - mean**2, 0.0)
+            rms.update(Moments(mean.reshape(rms.mean.shape), var.reshape(rms.var.shape), total))
+
+    # ---- publishing and checkpoints -----------------------------------------------------
+    def weights(self) -> dict[str, np.ndarray]:
+        out = {keys.MODEL + k: v.detach().float().cpu().numpy() for k, v in self.model.state_dict().items()}
+        for prefix, rms in ((keys.OBS_RMS, self.obs_rms), (keys.RET_RMS, self.ret_rms)):
+            for k, v in rms.state().items():
+                out[prefix + k] = np.asarray(v, np.float32)
+        return out
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
+            "optimizer": self.optimizer.state_dict(),
+            "obs_rms": self.obs_rms.state(),
+            "ret_rms": self.ret_rms.state(),
+            "updates": self.updates,
+            "torch_rng": torch.get_rng_state(),
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.obs_rms.load(state["obs_rms"])
+        self.ret_rms.load(state["ret_rms"])
+        self.updates = int(state["updates"])
+        if "torch_rng" in state:
+            torch.set_rng_state(state["torch_rng"])
+
+
+def explained_variance(returns: np.ndarray, values: np.ndarray) -> float:
+    var_y = float(np.var(returns))
+    return float("nan") if var_y == 0 else 1.0 - float(np.var(returns - values)) / var_y
+
+
+class ValueRecorder(StepRecorder):
+    """Records V(s) per step, and the action's log-prob when ``with_logp``."""
+
+    def __init__(self, with_logp: bool) -> None:
+        self.with_logp = with_logp
+        self.fields = (keys.LOGP, keys.VALUES) if with_logp else (keys.VALUES,)
+
+    def act(self, model: torch.nn.Module, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
+        actions, logp, values = model.act(obs)
+        rec = {keys.VALUES: values.numpy()}
+        if self.with_logp:
+            rec[keys.LOGP] = logp.numpy()
+        return actions, rec
+
+    @torch.no_grad()
+    def value(self, model: torch.nn.Module, obs: torch.Tensor) -> np.ndarray:
+        return model.value(obs).numpy()

@@ -1,0 +1,35 @@
+"""Names shared by actor-critic algorithms: published weights and rollout arrays.
+
+One place for them (docs/architecture.md, "Contracts"): the learner publishes under these
+names, the actor's layout asks for them, the rollout carries them.
+"""
+
+from __future__ import annotations
+
+POLICY = "policy"
+"""Name under which learners publish weights in the parameter store."""
+MODEL = "model/"
+"""Prefix of the network's state_dict entries in a published version."""
+OBS_RMS = "obs_rms/"
+"""Prefix of the observation normalizer's statistics (``mean``, ``var``, ``count``)."""
+RET_RMS = "ret_rms/"
+"""Prefix of the return normalizer's statistics."""
+
+OBS, ACTIONS, REWARDS, DONES = "obs", "actions", "rewards", "dones"
+"""Per-step ``[T, N, ...]`` arrays every actor records."""
+LOGP, VALUES = "logp", "values"
+"""Per-step records of actor-critic algorithms (log-prob of the action, V(s))."""
+LAST_VALUES = "values"
+"""``Rollout.last`` entry: V(s_T) of the state after the last step, ``[N]``."""
+OBS_MOMENTS, RET_MOMENTS = "obs", "ret"
+"""``Rollout.moments`` entries: raw observation and discounted-return statistics."""
+
+
+def actor_layout(model_keys: list[str], normalize_obs: bool, normalize_reward: bool) -> list[str]:
+    """The tensors an actor fetches: its model, and the normalizer statistics it applies."""
+    layout = [MODEL + k for k in model_keys]
+    if normalize_obs:
+        layout += [OBS_RMS + "mean", OBS_RMS + "var"]
+    if normalize_reward:
+        layout += [RET_RMS + "var"]
+    return layout

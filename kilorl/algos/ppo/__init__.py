@@ -1,0 +1,1 @@
+"""Proximal Policy Optimization (Schulman et al., 2017)."""

@@ -1,0 +1,38 @@
+"""PPO's configuration section (``algo.name: ppo``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from kilorl.algos.config_base import OnPolicyConfig
+
+
+class PPOConfig(OnPolicyConfig):
+    """Proximal Policy Optimization: clipped surrogate, several epochs of minibatches per rollout."""
+
+    name: Literal["ppo"] = "ppo"
+    """Algorithm name."""
+    update_epochs: int = Field(default=10, gt=0)
+    """Passes over each rollout batch."""
+    num_minibatches: int = Field(default=4, gt=0)
+    """Minibatches per epoch."""
+    clip_coef: float = Field(default=0.2, gt=0)
+    """Policy ratio clipping epsilon."""
+    clip_vloss: bool = True
+    """Clip the value-function update around the old value estimate."""
+    target_kl: float | None = Field(default=None, gt=0)
+    """Stop the epoch loop early once the approximate KL exceeds this (None: never)."""
+
+    def check_batch(self, batch_size: int, gradient_accumulation_steps: int) -> None:
+        if batch_size % self.num_minibatches:
+            raise ValueError(
+                f"algo.num_minibatches={self.num_minibatches} must divide the rollout batch "
+                f"{batch_size} (parallelism.actor x parallelism.envs_per_actor x algo.rollout_length)"
+            )
+        mb = batch_size // self.num_minibatches
+        if mb % gradient_accumulation_steps:
+            raise ValueError(
+                f"train.gradient_accumulation_steps={gradient_accumulation_steps} must divide the minibatch size {mb}"
+            )

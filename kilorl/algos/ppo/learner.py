@@ -1,0 +1,100 @@
+"""PPO's update: GAE over the ``[T, N]`` rollout, then minibatch epochs of the clipped loss."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from kilorl.algos import keys
+from kilorl.algos.actor_critic import ActorCriticState, explained_variance
+from kilorl.algos.gae import compute_gae
+from kilorl.algos.ppo.loss import ppo_loss
+from kilorl.core import AlgorithmLearner, GradientSync, Rollout
+
+_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+
+
+class PPOLearner(AlgorithmLearner):
+    """With several learners each rank holds a shard of the batch; ``grad_sync`` averages
+    gradients (and the early-stopping KL) so every rank takes the identical step."""
+
+    def __init__(self, cfg: Any, obs_space: gym.Space, action_space: gym.Space, grad_sync: GradientSync) -> None:
+        self.cfg, self.algo = cfg, cfg.algo
+        self.ac = ActorCriticState(cfg, obs_space, action_space, grad_sync)
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.ac.model
+
+    def update(self, rollout: Rollout, env_steps_total: int) -> dict[str, float]:
+        ac, algo, steps = self.ac, self.algo, rollout.steps
+        ac.merge_moments(rollout)
+        adv, ret = compute_gae(steps[keys.REWARDS], steps[keys.VALUES], steps[keys.DONES],
+                               rollout.last[keys.LAST_VALUES], algo.gamma, algo.gae_lambda)
+        obs, actions = ac.tensor(steps[keys.OBS]), ac.tensor(steps[keys.ACTIONS])
+        old_logp, old_values = ac.tensor(steps[keys.LOGP]), ac.tensor(steps[keys.VALUES])
+        advantages = torch.as_tensor(adv.reshape(-1), device=ac.device)
+        returns = torch.as_tensor(ret.reshape(-1), device=ac.device)
+        lr = ac.set_lr(env_steps_total)
+        size = advantages.numel()
+        mb_size = size // algo.num_minibatches
+        stats: dict[str, list[torch.Tensor]] = {k: [] for k in _STATS}
+        grad_norms: list[torch.Tensor] = []
+        stopped_early = 0.0
+        for _epoch in range(algo.update_epochs):
+            perm = torch.randperm(size, device=ac.device)
+            epoch_kl: list[torch.Tensor] = []
+            for start in range(0, size, mb_size):
+                idx = perm[start : start + mb_size]
+                ac.optimizer.zero_grad(set_to_none=True)
+                self._minibatch(idx, obs, actions, old_logp, old_values, advantages, returns, stats, epoch_kl)
+                grad_norms.append(ac.step())
+            if algo.target_kl is not None:
+                kl = ac.grad_sync.average_scalars([float(torch.stack(epoch_kl).mean())])[0]
+                if kl > algo.target_kl:
+                    stopped_early = 1.0
+                    break
+        ac.updates += 1
+        out = {k: float(torch.stack(v).float().mean()) for k, v in stats.items()}
+        out.update(lr=lr, grad_norm=float(torch.stack(grad_norms).mean()),
+                   explained_variance=explained_variance(ret, steps[keys.VALUES]), kl_early_stop=stopped_early)
+        return out
+
+    def _minibatch(self, idx: torch.Tensor, obs: torch.Tensor, actions: torch.Tensor, old_logp: torch.Tensor,
+                   old_values: torch.Tensor, advantages: torch.Tensor, returns: torch.Tensor,
+                   stats: dict[str, list[torch.Tensor]], epoch_kl: list[torch.Tensor]) -> None:
+        """Forward/backward of one minibatch in ``gradient_accumulation_steps`` micro-batches."""
+        ac, algo = self.ac, self.algo
+        micro = max(1, self.cfg.train.gradient_accumulation_steps)
+        parts = idx.chunk(micro)
+        mb_adv = advantages[idx]
+        for i, part in enumerate(parts):
+            # Only the last micro-batch's backward may communicate (DDP's no_sync contract).
+            quiet = ac.grad_sync.no_sync() if i < len(parts) - 1 else contextlib.nullcontext()
+            with quiet:
+                with ac.autocast():
+                    new_logp, entropy, new_values = ac.module.evaluate_actions(obs[part], actions[part])
+                # Whole-minibatch advantage statistics: micro-batching changes memory use, not the maths.
+                norm = (advantages[part] - mb_adv.mean()) / (mb_adv.std() + 1e-8) if algo.norm_adv else advantages[part]
+                loss = ppo_loss(
+                    new_logp, old_logp[part], norm, new_values, old_values[part], returns[part], entropy,
+                    clip_coef=algo.clip_coef, vf_coef=algo.vf_coef, ent_coef=algo.ent_coef,
+                    clip_vloss=algo.clip_vloss, norm_adv=False,
+                )
+                (loss.total / micro).backward()
+            for k, v in zip(_STATS, (loss.policy, loss.value, loss.entropy, loss.approx_kl, loss.clip_fraction)):
+                stats[k].append(v.detach())
+            epoch_kl.append(loss.approx_kl)
+
+    def weights(self) -> dict[str, np.ndarray]:
+        return self.ac.weights()
+
+    def state(self) -> dict[str, Any]:
+        return self.ac.state()
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.ac.load_state(state)

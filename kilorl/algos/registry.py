@@ -1,0 +1,69 @@
+"""Algorithms registered by name: the only thing the trainer and the roles look up.
+
+A spec names its parts by import path so that reading a config (``kilorl plan``, config
+validation) never imports torch; the roles resolve the parts in their own processes.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+DataPath = Literal["on_policy", "replay", "async"]
+"""How experience reaches the learner: whole rollouts per version, a replay buffer, or a queue."""
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """One algorithm's parts (docs/architecture.md, "How an algorithm plugs in")."""
+
+    name: str
+    """The ``algo.name`` that selects it."""
+    config: str
+    """``module:Class`` of its pydantic config section (a subclass of ``AlgoConfig``)."""
+    learner: str
+    """``module:Class`` of its ``AlgorithmLearner``: ``Class(cfg, obs_space, action_space, grad_sync)``."""
+    recorder: str
+    """``module:Class`` of its ``StepRecorder``: what an actor keeps per env step."""
+    model: str = "kilorl.models:build_actor_critic"
+    """``module:function(obs_space, action_space, model_cfg)`` building the policy network."""
+    data_path: DataPath = "on_policy"
+    """Which trainer loop feeds it (only ``on_policy`` exists so far)."""
+
+    def load(self, part: Literal["config", "learner", "recorder", "model"]) -> Any:
+        module_name, _, attr = getattr(self, part).partition(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+
+_REGISTRY: dict[str, AlgorithmSpec] = {}
+
+
+def register(spec: AlgorithmSpec) -> AlgorithmSpec:
+    """Make ``spec`` available by name; a second spec under a taken name is an error."""
+    old = _REGISTRY.get(spec.name)
+    if old is not None and old != spec:
+        raise ValueError(f"algorithm {spec.name!r} is already registered ({old.learner})")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def get(name: str) -> AlgorithmSpec:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown algorithm {name!r}; registered: {', '.join(sorted(_REGISTRY))}") from None
+
+
+def names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+register(AlgorithmSpec(
+    name="ppo", config="kilorl.algos.ppo.config:PPOConfig", learner="kilorl.algos.ppo.learner:PPOLearner",
+    recorder="kilorl.algos.ppo.recorder:PPORecorder",
+))
+register(AlgorithmSpec(
+    name="a2c", config="kilorl.algos.a2c.config:A2CConfig", learner="kilorl.algos.a2c.learner:A2CLearner",
+    recorder="kilorl.algos.a2c.recorder:A2CRecorder",
+))

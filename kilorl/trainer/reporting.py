@@ -1,0 +1,74 @@
+"""Turning iterations into metric rows: rolling returns, throughput, policy lag."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from kilorl.config import Config
+from kilorl.trainer.loop import IterationResult
+from kilorl.trainer.metrics import MetricsWriter
+
+
+class Reporter:
+    """Keeps the episode statistics of a run and writes a row every ``report_every_s``."""
+
+    def __init__(self, cfg: Config, metrics: MetricsWriter, meta: dict[str, Any], t_start: float,
+                 startup: dict[str, float]) -> None:
+        self.cfg, self.metrics = cfg, metrics
+        self.returns: deque[float] = deque(meta.get("recent_returns", []), maxlen=cfg.logging.return_window)
+        self.episodes = int(meta.get("episodes", 0))
+        self.wall_offset = float(meta.get("wall_time", 0.0))
+        self.t_start = t_start
+        self.startup = startup
+        self.loop_t0 = time.time()
+        self.last_t, self.last_steps = self.loop_t0, int(meta.get("env_steps", 0))
+
+    @property
+    def return_mean(self) -> float | None:
+        return float(np.mean(self.returns)) if self.returns else None
+
+    def solved(self) -> bool:
+        """The rolling return over a full window reached ``train.stop_return``."""
+        stop = self.cfg.train.stop_return
+        mean = self.return_mean
+        return stop is not None and mean is not None and len(self.returns) >= self.cfg.logging.return_window and mean >= stop
+
+    def wall_time(self) -> float:
+        return self.wall_offset + time.time() - self.t_start
+
+    def observe(self, it: IterationResult) -> bool:
+        """Fold in one iteration, report when due; returns True when the run is solved."""
+        for info in it.infos:
+            self.returns.extend(info["episode_returns"])
+            self.episodes += len(info["episode_returns"])
+        solved = self.solved()
+        now = time.time()
+        if now - self.last_t >= self.cfg.logging.report_every_s or it.last or solved:
+            self.metrics.report(self._row(it, now))
+            self.last_t, self.last_steps = now, it.env_steps
+        return solved
+
+    def _row(self, it: IterationResult, now: float) -> dict[str, Any]:
+        infos = it.infos
+        row: dict[str, Any] = {
+            "env_steps": it.env_steps, "wall_time": self.wall_offset + now - self.t_start,
+            "train_time": now - self.loop_t0, **self.startup,
+            "sps": (it.env_steps - self.last_steps) / max(now - self.last_t, 1e-9),
+            "iteration": it.iteration, "episodes": self.episodes,
+            "collect_s": float(np.mean([i["collect_s"] for i in infos])),
+            "actor_wait_s": float(np.mean([i["wait_s"] for i in infos])),
+            "policy_lag": float(np.mean([it.iteration - 1 - i["version"] for i in infos])),
+            **it.stats,
+        }
+        if self.returns:
+            row["episode_return_mean"] = self.return_mean
+        return row
+
+    def checkpoint_meta(self, env_steps: int, iteration: int) -> dict[str, Any]:
+        """The driver's counters, saved with the learner's state."""
+        return {"env_steps": env_steps, "iteration": iteration, "version": iteration, "episodes": self.episodes,
+                "wall_time": self.wall_time(), "recent_returns": list(self.returns)}

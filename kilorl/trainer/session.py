@@ -1,0 +1,141 @@
+"""Start-up and teardown of a run's roles, as one context manager.
+
+Everything a run starts (Ray, if it was not running; the parameter-store shards; the
+learners; the actors) is started inside ``RoleSession.__enter__`` and recorded as it
+is created, so a failure at any point (an env that raises in ``reset``, a learner that
+cannot build its model, Ctrl-C) tears down exactly what was started and nothing else.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from kilorl.config import Config
+from kilorl.trainer.cluster import Cluster
+
+
+class StartupError(RuntimeError):
+    """A role failed to start; the message names the role and the cause."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class StartupTimes:
+    """Where start-up went (seconds), reported with the first metrics row."""
+
+    ray_s: float = 0.0
+    """Connecting to (or starting) Ray."""
+    spawn_s: float = 0.0
+    """From the first role creation to every role built and version 0 published."""
+    total_s: float = 0.0
+
+    def as_row(self) -> dict[str, float]:
+        return {"startup_ray_s": self.ray_s, "startup_roles_s": self.spawn_s}
+
+
+@dataclass
+class RoleSession:
+    """The running roles of one run. ``with RoleSession(...) as roles:`` starts and stops them."""
+
+    cfg: Config
+    cluster: Cluster
+    state: dict[str, Any] | None = None
+    """Learner state to resume from (a checkpoint), or None for a fresh start."""
+    iteration: int = 0
+    """First version to publish (the resumed iteration)."""
+    store: Any = None
+    learners: list[Any] = field(default_factory=list)
+    actors: list[Any] = field(default_factory=list)
+    times: StartupTimes = field(default_factory=StartupTimes)
+    _started_ray: bool = False
+
+    def __enter__(self) -> RoleSession:
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------------
+    def _start(self) -> None:
+        import ray
+
+        from kilorl.roles.parameter_store import RayParameterStore
+        from kilorl.roles.remote import ActorProcess, LearnerProcess
+
+        cfg, par = self.cfg, self.cfg.parallelism
+        t0 = time.perf_counter()
+        self._started_ray = self.cluster.connect(num_cpus_needed=par.actor + par.learner)
+        t1 = time.perf_counter()
+        self.times.ray_s = t1 - t0
+        self.store = RayParameterStore.create(par.parameter_server)
+        backend = self.cluster.backend_for(cfg.train.device)
+        master = ("127.0.0.1", _free_port()) if par.learner > 1 else None
+        learner_cls = ray.remote(num_cpus=1, num_gpus=1 if cfg.train.device == "cuda" else 0)(LearnerProcess)
+        for r in range(par.learner):
+            self.learners.append(learner_cls.remote(cfg, self.store, r, par.learner, backend, master, self.state))
+        actor_cls = ray.remote(num_cpus=1)(ActorProcess)
+        # Fresh seeds after a resume, so a continued run does not replay the same episodes.
+        for i in range(par.actor):
+            seed = cfg.train.seed * 10_007 + i * 101 + self.iteration * 7_919
+            self.actors.append(actor_cls.remote(cfg, self.store, i, seed=seed))
+        # All roles start in parallel; start-up ends when every one is built and the first
+        # version is published, so process spawn and imports are not counted as training.
+        waits = {"learner 0 (first publish)": self.learners[0].publish.remote(self.iteration)}
+        waits.update({f"learner {r}": h.__ray_ready__.remote() for r, h in enumerate(self.learners[1:], 1)})
+        waits.update({f"actor {i}": h.ready.remote() for i, h in enumerate(self.actors)})
+        self._wait_all(waits)
+        self.times.spawn_s = time.perf_counter() - t1
+        self.times.total_s = time.perf_counter() - t0
+
+    @staticmethod
+    def _wait_all(waits: dict[str, Any]) -> None:
+        """Wait for every role; the first failure becomes a StartupError naming the role."""
+        import ray
+
+        names = {ref: name for name, ref in waits.items()}
+        pending = list(names)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            try:
+                ray.get(done[0])
+            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
+                raise StartupError(f"{names[done[0]]} failed to start: {_cause(err)}") from err
+
+    def close(self) -> None:
+        """Kill every role this session started; stop Ray if this session started it."""
+        import ray
+
+        if ray.is_initialized():
+            shards = list(getattr(self.store, "shards", []) or [])
+            for handle in [*self.actors, *self.learners, *shards]:
+                try:
+                    ray.kill(handle)
+                except Exception:  # noqa: BLE001 - already dead is fine: the goal is "not running"
+                    pass
+            if self._started_ray:
+                ray.shutdown()
+        self.actors, self.learners, self.store = [], [], None
+        self._started_ray = False
+
+
+def _cause(err: BaseException) -> str:
+    """The innermost error message of a Ray failure (the user's exception, not Ray's wrapper)."""
+    cause = getattr(err, "cause", None) or err.__cause__
+    if isinstance(cause, BaseException) and cause is not err:
+        return f"{type(cause).__name__}: {cause}"
+    text = str(err).strip().splitlines()
+    return text[-1] if text else type(err).__name__

@@ -1,0 +1,75 @@
+"""Start-up and teardown: a role that fails to start leaves no actors and no Ray behind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from kilorl.trainer import StartupError, Trainer
+from tests.conftest import REPO, tiny_config
+
+BROKEN = "tests.trainer.broken_env:ResetRaises"
+
+
+def _alive_actors() -> set[str]:
+    from ray._private.state import actors
+
+    return {aid for aid, a in actors().items() if a["State"] != "DEAD"}
+
+
+def test_failure_in_env_reset_is_named_and_kills_every_role_it_started(ray_local, tmp_path):
+    before = _alive_actors()
+    cfg = tiny_config(env={"id": BROKEN}, parallelism={"actor": 2, "parameter_server": 2})
+    with pytest.raises(StartupError, match=r"actor \d failed to start: .*this env refuses to reset"):
+        Trainer(cfg, tmp_path / "run").fit()
+    import time
+
+    deadline = time.time() + 30  # ray.kill is asynchronous: wait until the GCS has seen the deaths
+    while _alive_actors() - before and time.time() < deadline:
+        time.sleep(0.2)
+    assert _alive_actors() - before == set()
+    assert ray_local.is_initialized()  # Ray was running before: the run did not stop it
+
+
+def test_failure_leaves_no_ray_instance_it_started(tmp_path):
+    """In a fresh process: the trainer starts Ray, an actor fails, Ray and its processes are gone."""
+    script = textwrap.dedent(f"""
+        import json, psutil, ray
+        from kilorl.trainer import StartupError, Trainer
+        from tests.conftest import tiny_config
+        cfg = tiny_config(env={{"id": {BROKEN!r}}})
+        error = None
+        try:
+            Trainer(cfg, {str(tmp_path / "run")!r}).fit()
+        except StartupError as err:
+            error = str(err)
+        gone, alive = psutil.wait_procs(psutil.Process().children(recursive=True), timeout=30)
+        print(json.dumps({{"error": error, "ray_initialized": ray.is_initialized(),
+                          "children": [p.name() for p in alive]}}))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=REPO,
+                         env={**__import__("os").environ, "RAY_ADDRESS": "local"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "actor 0 failed to start" in result["error"] and "refuses to reset" in result["error"]
+    assert result["ray_initialized"] is False
+    assert result["children"] == []  # no raylet, GCS or worker outlived the failed start
+
+
+def test_described_cluster_refuses_to_train(tmp_path):
+    from kilorl.trainer import Cluster, ClusterError
+
+    with pytest.raises(ClusterError, match="described cluster"):
+        Trainer(tiny_config(), tmp_path / "run", Cluster(nodes=4, gpus_per_node=8)).fit()
+
+
+def test_attached_cluster_smaller_than_expected_is_refused(ray_local, tmp_path):
+    from kilorl.trainer import Cluster, ClusterError
+
+    with pytest.raises(ClusterError, match=r"nodes=4, gpus_per_node=8\) but Ray .* has 1 node\(s\)"):
+        Trainer(tiny_config(), tmp_path / "run", Cluster(nodes=4, gpus_per_node=8, address="auto")).fit()
+    assert ray_local.is_initialized()
