@@ -119,7 +119,12 @@ class BF16Hook(CommHook):
 
 
 class PowerSGDHook(CommHook):
-    """torch's ``powerSGD_hook`` with its own error feedback; dense for ``warmup_steps`` (>= 2)."""
+    """torch's ``powerSGD_hook`` with its own error feedback; dense for ``warmup_steps`` (>= 2).
+
+    The hook launches its second and third all-reduce from future callbacks. On gloo, with
+    several DDP buckets in flight, callbacks of different buckets then issue collectives in
+    a different order on different ranks and the job hangs (seen here on 2 ranks); so off
+    nccl each bucket finishes inside the hook (correct, without overlap for this method)."""
 
     sequential = True
 
@@ -138,7 +143,11 @@ class PowerSGDHook(CommHook):
         before = self.state.total_numel_after_compression
         t0 = time.perf_counter()
         fut = powerSGD_hook(self.state, bucket)
-        self._stats.compress_s += time.perf_counter() - t0
+        self._stats.compress_s += time.perf_counter() - t0  # the hook body; its callbacks are not timed
+        if dist.get_backend(self.process_group) != "nccl":
+            done: torch.futures.Future = torch.futures.Future()
+            done.set_result(fut.wait())
+            fut = done
         numel = self.state.total_numel_after_compression - before or buffer.numel()  # 0: still dense
         self._stats.comm_bytes_sent += numel * buffer.element_size()
         return fut
