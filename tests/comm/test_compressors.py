@@ -86,3 +86,18 @@ def test_residual_norm_reports_what_is_owed():
     comp.select(0, grad)
     comp.select(1, grad)
     assert math.isclose(comp.residual_norm(), math.sqrt(2 * 100 * 0.25), rel_tol=1e-9)
+
+
+def test_ties_at_the_kth_magnitude_still_keep_exactly_k_entries():
+    grad = torch.tensor([1.0, -1.0, 1.0, 0.5, 1.0, -1.0, 0.2, 2.0])
+    sel = _topk(threshold=0.0, topk_ratio=0.5, value_dtype="float32").select(0, grad)
+    assert sel.indices.tolist() == [0, 1, 2, 7]  # 2.0 plus the first three of the five 1.0s
+
+
+def test_the_kept_entries_are_the_largest_magnitudes():
+    grad = torch.randn(10_000, generator=torch.Generator().manual_seed(5))
+    sel = _topk(threshold=0.5, topk_ratio=0.2, value_dtype="float32", error_feedback=False).select(0, grad)
+    above = int((grad.abs() >= 0.5).sum())
+    assert sel.indices.numel() == math.ceil(0.2 * above)
+    kept = torch.zeros(10_000, dtype=torch.bool).index_fill_(0, sel.indices, True)
+    assert grad.abs()[kept].min() >= grad.abs()[~kept].max()
