@@ -47,21 +47,25 @@ class SparseMessage:
 def varint_lengths(values: torch.Tensor) -> torch.Tensor:
     """Bytes each non-negative int64 takes as a LEB128 varint (0 takes one byte)."""
     lengths = torch.ones_like(values)
-    for shift in range(7, 64, 7):
+    top_bits = int(values.max()).bit_length() if values.numel() else 0
+    for shift in range(7, top_bits, 7):  # only as many passes as the largest value needs
         lengths += (values >> shift) > 0
     return lengths
 
 
-def varint_encode(values: torch.Tensor) -> torch.Tensor:
-    """LEB128 of non-negative int64 values, as one uint8 tensor (vectorised by byte rank)."""
+def varint_encode(values: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """LEB128 of non-negative int64 values, as one uint8 tensor (vectorised by byte rank).
+
+    ``lengths``: :func:`varint_lengths` of ``values`` when the caller has it already."""
     values = values.to(torch.int64)
     if values.numel() == 0:
         return torch.empty(0, dtype=torch.uint8, device=values.device)
-    lengths = varint_lengths(values)
+    lengths = varint_lengths(values) if lengths is None else lengths
     starts = torch.cumsum(lengths, 0) - lengths
-    out = torch.empty(int(lengths.sum()), dtype=torch.uint8, device=values.device)
-    for j in range(int(lengths.max())):
-        sel = lengths > j
+    out = torch.empty(int(starts[-1] + lengths[-1]), dtype=torch.uint8, device=values.device)
+    out[starts] = ((values & 0x7F) | ((lengths > 1).to(torch.int64) << 7)).to(torch.uint8)
+    for j in range(1, int(lengths.max())):  # the few multi-byte values, one byte rank at a time
+        sel = torch.nonzero(lengths > j).flatten()
         byte = (values[sel] >> (7 * j)) & 0x7F
         byte |= (lengths[sel] > j + 1).to(torch.int64) << 7
         out[starts[sel] + j] = byte.to(torch.uint8)
@@ -129,12 +133,16 @@ def encode(indices: torch.Tensor, values: torch.Tensor, numel: int, index_encodi
     if indices.numel() != values.numel():
         raise ValueError(f"{indices.numel()} indices but {values.numel()} values")
     indices = indices.to(torch.int64)
-    if index_encoding == "auto":
-        index_encoding = choose_index_encoding(indices, numel)
+    gaps = lengths = None
+    if index_encoding in ("auto", "varint"):
+        gaps = _gaps(indices)
+        lengths = varint_lengths(gaps)
+    if index_encoding == "auto":  # the smaller of the two; ties go to bitmap (cheaper to build)
+        index_encoding = "bitmap" if -(-numel // 8) <= int(lengths.sum()) else "varint"
     if index_encoding == "bitmap":
         index_part = bitmap_encode(indices, numel)
     elif index_encoding == "varint":
-        index_part = varint_encode(_gaps(indices))
+        index_part = varint_encode(gaps, lengths)
     elif index_encoding == "coo32":
         index_part = indices.to(torch.int32).view(torch.uint8)
     else:
