@@ -3,7 +3,7 @@
     python benchmarks/comm_bench.py                       # everything (a few minutes on 2 cores)
     python benchmarks/comm_bench.py --part sizes          # encoded bytes per density (exact, instant)
     python benchmarks/comm_bench.py --part throughput --numel 4194304
-    python benchmarks/comm_bench.py --part overlap --runs 5
+    python benchmarks/comm_bench.py --part overlap --runs 5 [--cases dense]
 
 throughput: GB/s of fp32 gradient processed by each compressor on one core (compress =
 select + encode; decode = decode + scatter into a dense tensor), median of ``--runs``.
@@ -130,13 +130,15 @@ OVERLAP_CASES = {
 }
 
 
-def _overlap_worker(rank: int, port: int, steps: int, runs: int, bucket_mb: float, batch: int, out: str) -> None:
+def _overlap_worker(rank: int, port: int, steps: int, runs: int, bucket_mb: float, batch: int, out: str,
+                    cases: list[str]) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     models = {}
-    for name, (overlap, comp) in OVERLAP_CASES.items():
+    for name in cases:
+        overlap, comp = OVERLAP_CASES[name]
         net = _mlp()
         dm = DistributedModel(net, compression=CompressionConfig(**comp), bucket_cap_mb=bucket_mb,
                               overlap_compute_comm=overlap)
@@ -176,7 +178,7 @@ def _overlap_worker(rank: int, port: int, steps: int, runs: int, bucket_mb: floa
     dist.destroy_process_group()
 
 
-def overlap(steps: int, runs: int, bucket_mb: float, batch: int) -> dict:
+def overlap(steps: int, runs: int, bucket_mb: float, batch: int, only: str | None = None) -> dict:
     import torch.multiprocessing as mp
 
     with socket.socket() as s:
@@ -184,7 +186,9 @@ def overlap(steps: int, runs: int, bucket_mb: float, batch: int) -> dict:
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "overlap.json")
-        mp.start_processes(_overlap_worker, args=(port, steps, runs, bucket_mb, batch, out), nprocs=2, start_method="spawn")
+        cases = [n for n in OVERLAP_CASES if n == "dense, overlap on" or not only or any(w in n for w in only.split(","))]
+        mp.start_processes(_overlap_worker, args=(port, steps, runs, bucket_mb, batch, out, cases), nprocs=2,
+                           start_method="spawn")
         return json.loads(Path(out).read_text())
 
 
@@ -196,6 +200,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10, help="overlap: steps per timed round")
     ap.add_argument("--bucket-mb", type=float, default=2.0, help="overlap: DDP bucket_cap_mb (the MLP is ~8.4 MB)")
     ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--cases", help="overlap: only cases containing one of these comma-separated words (e.g. dense)")
     args = ap.parse_args()
     report: dict = {"torch": torch.__version__, "cpus": os.cpu_count(), "numel": args.numel}
     if args.part in ("sizes", "all"):
@@ -203,7 +208,7 @@ def main() -> None:
     if args.part in ("throughput", "all"):
         report["throughput"] = throughput(args.numel, args.runs)
     if args.part in ("overlap", "all"):
-        report["overlap"] = overlap(args.steps, args.runs, args.bucket_mb, args.batch)
+        report["overlap"] = overlap(args.steps, args.runs, args.bucket_mb, args.batch, args.cases)
     print(json.dumps(report, indent=1))
 
 
