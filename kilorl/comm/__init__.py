@@ -1,5 +1,27 @@
-"""Collectives between learners (torch.distributed). Knows nothing of RL."""
+"""Collectives between learners (torch.distributed): DDP, bucketed sync, gradient compression.
+
+Knows nothing of RL: the learners pass modules, parameters and a ``CompressionConfig``.
+See docs/comm.md for the methods, the wire encodings and the byte accounting.
+"""
 
 from kilorl.comm.collectives import GradientAllReducer, init_process_group, resolve_backend
+from kilorl.comm.config import CompressionConfig
+from kilorl.comm.ddp import DistributedModel
+from kilorl.comm.hooks import CommHook, CommStats, make_comm_hook, run_comm_hook
+from kilorl.comm.sparse import launch_sparse_allreduce, sparse_allreduce
+from kilorl.comm.sync import GradientSync
 
-__all__ = ["GradientAllReducer", "init_process_group", "resolve_backend"]
+__all__ = [
+    "CommHook",
+    "CommStats",
+    "CompressionConfig",
+    "DistributedModel",
+    "GradientAllReducer",
+    "GradientSync",
+    "init_process_group",
+    "launch_sparse_allreduce",
+    "make_comm_hook",
+    "resolve_backend",
+    "run_comm_hook",
+    "sparse_allreduce",
+]
