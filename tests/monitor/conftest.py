@@ -39,6 +39,16 @@ def wait_for(pred: Callable[[], object], timeout: float, what: str, interval: fl
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last error: {last_exc!r})")
 
 
+def poll_until_empty(get: Callable[[], list], timeout: float, interval: float = 0.5) -> list:
+    """Poll ``get`` until it returns an empty list or the deadline passes; returns the last value (assert it is [])."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = get()
+        if not out or time.monotonic() > deadline:
+            return out
+        time.sleep(interval)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -79,47 +89,69 @@ class ExporterProc:
         return urllib.request.urlopen(f"http://{self.address}/metrics", timeout=5).read().decode()
 
 
+def start_exporter(node: str, sock_dir: Path, stale_after_s: float = 10.0) -> ExporterProc:
+    """``python -m kilorl.monitor.exporter`` for ``node``; returns once it listens."""
+    sock = str(sock_dir / f"{node}.sock")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kilorl.monitor.exporter", "--node", node, "--socket", sock,
+         "--stale-after-s", str(stale_after_s)],
+        stdout=subprocess.PIPE, text=True, env=_env(), cwd=REPO,
+    )
+    line = proc.stdout.readline()  # the exporter prints one JSON line once it listens
+    if not line:
+        raise AssertionError(f"exporter for {node} exited with {proc.wait()} before it was ready")
+    info = json.loads(line)
+    return ExporterProc(node, info["address"], info["socket"], proc)
+
+
+def start_role(role: str, rank: int, node: str, sink: str, *extra: str) -> subprocess.Popen:
+    """``tests.monitor.role_proc``: a real process reporting every metric to ``sink``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.monitor.role_proc", "--role", role, "--rank", str(rank), "--node", node,
+         "--sink", sink, *extra],
+        env=_env(), cwd=REPO,
+    )
+
+
+class Procs:
+    """Processes a fixture started, stopped in reverse order at teardown."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def add(self, proc: subprocess.Popen) -> subprocess.Popen:
+        self.procs.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        for p in reversed(self.procs):
+            _stop(p)
+
+
 @pytest.fixture
 def spawn_exporter(short_dir):
-    """Start ``python -m kilorl.monitor.exporter`` for a node; stopped at teardown."""
-    procs: list[subprocess.Popen] = []
+    """Start a node exporter process; stopped at teardown."""
+    procs = Procs()
 
     def spawn(node: str, stale_after_s: float = 10.0) -> ExporterProc:
-        sock = str(short_dir / f"{node}.sock")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "kilorl.monitor.exporter", "--node", node, "--socket", sock,
-             "--stale-after-s", str(stale_after_s)],
-            stdout=subprocess.PIPE, text=True, env=_env(), cwd=REPO,
-        )
-        procs.append(proc)
-        line = proc.stdout.readline()  # the exporter prints one JSON line once it listens
-        if not line:
-            raise AssertionError(f"exporter for {node} exited with {proc.wait()} before it was ready")
-        info = json.loads(line)
-        return ExporterProc(node, info["address"], info["socket"], proc)
+        exp = start_exporter(node, short_dir, stale_after_s)
+        procs.add(exp.proc)
+        return exp
 
     yield spawn
-    for p in procs:
-        _stop(p)
+    procs.stop_all()
 
 
 @pytest.fixture
 def spawn_role():
-    """Start ``tests.monitor.role_proc`` with the given arguments; stopped at teardown."""
-    procs: list[subprocess.Popen] = []
+    """Start a role process with the given arguments; stopped at teardown."""
+    procs = Procs()
 
     def spawn(role: str, rank: int, node: str, sink: str, *extra: str) -> subprocess.Popen:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.monitor.role_proc", "--role", role, "--rank", str(rank), "--node", node,
-             "--sink", sink, *extra],
-            env=_env(), cwd=REPO,
-        )
-        procs.append(proc)
-        return proc
+        return procs.add(start_role(role, rank, node, sink, *extra))
 
     yield spawn
-    for p in procs:
-        _stop(p)
+    procs.stop_all()
 
 
 class Prometheus:
@@ -152,19 +184,10 @@ class Prometheus:
         self.log.close()
 
 
-@pytest.fixture
-def prometheus_factory(tmp_path):
-    """``start(config_path) -> Prometheus``; every server started is stopped at teardown."""
+def start_prometheus(config: Path, workdir: Path) -> Prometheus:
+    """A Prometheus server with its storage under ``workdir``; skips the test if it is not installed."""
     if not Path(PROMETHEUS).exists():
         pytest.skip("prometheus is not installed (scripts/services.sh installs it)")
-    servers: list[Prometheus] = []
-
-    def start(config: Path) -> Prometheus:
-        storage = tmp_path / f"tsdb{len(servers)}"
-        storage.mkdir()
-        servers.append(Prometheus(config, storage, free_port()))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.stop()
+    storage = workdir / "tsdb"
+    storage.mkdir()
+    return Prometheus(config, storage, free_port())
