@@ -9,11 +9,12 @@ fills, noise. So the detector
   over a sliding window and requires it to exceed a minimum slope,
 * requires the Mann-Kendall trend test to be significant (rank-based, so the noise
   distribution does not matter),
-* requires each half of the window to grow on its own: a single step lies in one half
-  and leaves the other flat, a leak raises both,
+* requires each half of the window to grow on its own (a single step lies in one half
+  and leaves the other flat; a leak raises both), and no single sample-to-sample jump
+  to account for more than half of the window's rise (a step is one jump, a leak many),
 * and reports only after several consecutive evaluations agree.
 
-The forecast extrapolates the Theil-Sen line to the limit (the role's budget, the
+The forecast extrapolates the Theil-Sen line of the window's recent half to the limit (the role's budget, the
 device's free memory, the node's RAM): ``time_to_limit_s``.
 """
 
@@ -106,15 +107,19 @@ class LeakDetector:
         slope, intercept = theil_sen(t, v)
         z = mann_kendall_z(v)
         mid = t[-1] / 2.0
-        first, second = t <= mid, t > mid
-        halves_grow = all(
-            m.sum() >= 4 and theil_sen(t[m], v[m])[0] >= 0.5 * cfg.min_slope_bytes_per_s for m in (first, second)
-        )
-        trending = slope >= cfg.min_slope_bytes_per_s and z >= cfg.min_z and halves_grow
+        halves = [(t[m], v[m]) for m in (t <= mid, t > mid)]
+        fits = [theil_sen(ht, hv) if len(ht) >= 4 else (-math.inf, 0.0) for ht, hv in halves]
+        halves_grow = all(f[0] >= 0.5 * cfg.min_slope_bytes_per_s for f in fits)
+        rise = slope * t[-1]
+        spread = float(np.max(np.diff(v), initial=0.0)) <= cfg.max_jump_fraction * rise
+        trending = slope >= cfg.min_slope_bytes_per_s and z >= cfg.min_z and halves_grow and spread
         self._streak = self._streak + 1 if trending else 0
         suspected = self._streak >= cfg.confirmations
-        level = slope * t[-1] + intercept
+        # Forecast from the recent half: right after a leak starts, the full window still
+        # holds flat samples and would under-estimate how fast the limit approaches.
+        recent_slope, recent_intercept = fits[1] if math.isfinite(fits[1][0]) else (slope, intercept)
+        level = recent_slope * t[-1] + recent_intercept
         ttl = math.inf
-        if suspected and limit is not None and slope > 0:
-            ttl = max(0.0, (limit - level) / slope)
+        if suspected and limit is not None and recent_slope > 0:
+            ttl = max(0.0, (limit - level) / recent_slope)
         return LeakVerdict(suspected, slope, z, level, ttl, limit)

@@ -34,8 +34,10 @@ class LeakDetectorConfig(_Section):
     """Sliding window of memory samples the trend is fitted on."""
     warmup_s: float = Field(default=20.0, ge=0)
     """Samples from a role's first seconds are ignored (start-up allocations are not a leak)."""
-    min_slope_bytes_per_s: float = Field(default=256 * 1024, gt=0)
-    """Growth slower than this is never flagged, however significant."""
+    min_slope_bytes_per_s: float = Field(default=512 * 1024, gt=0)
+    """Growth slower than this is never flagged, however significant (0.5 MiB/s)."""
+    max_jump_fraction: float = Field(default=0.5, gt=0, le=1)
+    """A window whose largest sample-to-sample increase exceeds this share of its rise is a step, not a leak."""
     min_z: float = Field(default=3.0, gt=0)
     """Mann-Kendall z-score the upward trend must reach (3.0: one-sided p ~ 0.0013)."""
     confirmations: int = Field(default=3, ge=1)
