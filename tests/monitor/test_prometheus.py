@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from kilorl.monitor.dashboard import PANELS, resolve
 from kilorl.monitor.discovery import TargetsFile, write_prometheus_config
 from tests.monitor.conftest import (
     ExporterProc,
@@ -104,3 +105,21 @@ def test_a_removed_exporter_goes_down_and_its_roles_leave(monitored):
     wait_for(lambda: not _identities(monitored.prom, 'kilorl_role_up{node="n1"}'), 30, "n1's series to go stale")
     monitored.targets.set("n1", exp.address)  # put it back for the remaining tests
     wait_for(lambda: _identities(monitored.prom, 'kilorl_role_up{node="n1"}'), 30, "n1 to return")
+
+
+def _panels_without_data(prom: Prometheus) -> list[str]:
+    gpu = Path("/dev/nvidiactl").exists()
+    empty = []
+    for p in PANELS:
+        for expr, _ in p.queries:
+            got = prom.query(resolve(expr, rate=f"{int(10 * SCRAPE_S)}s"))
+            if p.gpu_only and not gpu:
+                assert got == [], f"{p.title}: GPU series must be absent on a CPU machine, got {got}"
+            elif not got:
+                empty.append(f"{p.title}: {expr}")
+    return empty
+
+
+def test_every_dashboard_query_returns_data_from_prometheus(monitored):
+    assert poll_until_empty(lambda: _missing(monitored.prom), 90) == []
+    assert poll_until_empty(lambda: _panels_without_data(monitored.prom), 30) == []
