@@ -61,28 +61,41 @@ class RoleMetrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self._m = {s.name: _make(s, self.registry) for s in METRICS}
         self._id = (role, str(self.rank), node)
+        self._children: dict[tuple[str, ...], object] = {}
         self._sampler = ResourceSampler() if sample_resources else None
         self._leak_config = leak or LeakDetectorConfig()
         self._detectors: dict[str, LeakDetector] = {}
         self._devices: set[str] = set()
         self._returns: list[float] = []
-        self._steps_since = 0.0
+        self._steps = 0  # cumulative, written only by the hot path; sample() reads deltas
+        self._steps_seen = 0
         self._t_last = time.monotonic()
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._status: list[MemoryStatus] = []
+        # Hot-path children, bound on first use (a series exists only once the role reports it).
+        self._env_steps = self._update_s = self._publish_s = None
 
     # -- hot-path API -------------------------------------------------------------------------------
     def child(self, name: str, *extra: str):
-        """The labelled prometheus_client child of a metric (identity labels filled in)."""
-        return self._m[spec(name).name].labels(*self._id, *extra)
+        """The labelled prometheus_client child of a metric (identity labels filled in), cached."""
+        key = (name, *extra)
+        c = self._children.get(key)
+        if c is None:
+            c = self._children[key] = self._m[spec(name).name].labels(*self._id, *extra)
+        return c
+
+    def _bind(self, attr: str, name: str):
+        c = self.child(name)
+        setattr(self, attr, c)
+        return c
 
     def inc_env_steps(self, n: int) -> None:
-        self.child("kilorl_env_steps_total").inc(n)
-        with self._lock:
-            self._steps_since += n
+        c = self._env_steps or self._bind("_env_steps", "kilorl_env_steps_total")
+        c.inc(n)
+        self._steps += n
 
     def record_episodes(self, returns: Iterable[float]) -> None:
         """Episodes that finished: counts them and folds their returns into this period's mean."""
@@ -96,10 +109,10 @@ class RoleMetrics:
         self.child("kilorl_policy_lag_versions").set(versions)
 
     def observe_learner_update(self, seconds: float) -> None:
-        self.child("kilorl_learner_update_seconds").observe(seconds)
+        (self._update_s or self._bind("_update_s", "kilorl_learner_update_seconds")).observe(seconds)
 
     def observe_publish_latency(self, seconds: float) -> None:
-        self.child("kilorl_param_publish_latency_seconds").observe(seconds)
+        (self._publish_s or self._bind("_publish_s", "kilorl_param_publish_latency_seconds")).observe(seconds)
 
     def add_comm_bytes(self, direction: str, n: int) -> None:
         if direction not in ("sent", "received"):
@@ -122,9 +135,10 @@ class RoleMetrics:
     def sample(self, now: float | None = None) -> list[MemoryStatus]:
         """Update the per-period gauges, read memory, run the leak detectors; returns their status."""
         now = time.monotonic() if now is None else now
+        total = self._steps
         with self._lock:
-            dt, steps, rets = now - self._t_last, self._steps_since, self._returns
-            self._t_last, self._steps_since, self._returns = now, 0.0, []
+            dt, steps, rets = now - self._t_last, total - self._steps_seen, self._returns
+            self._t_last, self._steps_seen, self._returns = now, total, []
         if dt > 0:
             self.child("kilorl_env_steps_per_second").set(steps / dt)
         if rets:
@@ -156,10 +170,8 @@ class RoleMetrics:
         for gone in self._devices - seen:
             for name in ("kilorl_device_memory_allocated_bytes", "kilorl_device_memory_reserved_bytes",
                          "kilorl_device_process_memory_bytes", "kilorl_gpu_utilization_ratio"):
-                try:
+                if self._children.pop((name, gone), None) is not None:
                     self._m[name].remove(*self._id, gone)
-                except KeyError:
-                    pass
         self._devices = seen
         return [self._detect(now, memory, value, limit) for memory, value, limit in series]
 
