@@ -8,9 +8,9 @@ Measures, each as the median of 5 runs in fresh processes:
   multiprocess mode (mmap'd file per process);
 * one push (sample memory, run the leak detector, encode, send) and its frame size;
 * one scrape of a node exporter serving 1, 8 and 32 roles;
-* CartPole env steps/s of a random-action loop over a Gymnasium vector env (8 envs),
+* CartPole env steps per CPU-second of a random-action loop over a Gymnasium vector env (8 envs),
   with and without a RoleMetrics reporting every step and pushing once per second to a
-  live exporter (runs alternate on/off; a stand-in for the trainer until it is wired).
+  live exporter in its own process (runs alternate on/off; a stand-in for the trainer until it is wired).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+REPO = Path(__file__).resolve().parents[1]
 N_INC = 200_000
 RUNS = 5
 
@@ -102,18 +103,18 @@ def push_and_scrape() -> dict:
     return out
 
 
-def cartpole_overhead(steps: int = 20_000) -> dict:
+def cartpole_overhead(steps: int = 16_000, pairs: int = 7) -> dict:
     import gymnasium as gym
     import numpy as np
 
-    from kilorl.monitor import NodeExporter, RoleMetrics
+    from kilorl.monitor import RoleMetrics
 
     def loop(m: RoleMetrics | None) -> float:
         envs = gym.make_vec("CartPole-v1", num_envs=8, vectorization_mode="sync")
         envs.reset(seed=0)
         rng = np.random.default_rng(0)
         ret = np.zeros(8)
-        t = time.perf_counter()
+        t = time.process_time()  # CPU time of the whole process (pusher thread included): other jobs' load is not counted
         for _ in range(steps // 8):
             _, r, term, trunc, _ = envs.step(rng.integers(0, 2, 8))
             ret += r
@@ -123,18 +124,31 @@ def cartpole_overhead(steps: int = 20_000) -> dict:
                 if done.any():
                     m.record_episodes(ret[done])
             ret[done] = 0.0
+        used = time.process_time() - t
         envs.close()
-        return steps / (time.perf_counter() - t)
+        return steps / used
 
-    on, off = [], []
-    with tempfile.TemporaryDirectory(dir="/tmp") as d, NodeExporter("n0", Path(d) / "n0.sock") as exp:
-        for _ in range(3):
-            off.append(loop(None))
-            m = RoleMetrics("actor", 0, "n0", sink=exp.socket_path).start()
-            on.append(loop(m))
+    on, off, ratio = [], [], []
+    with tempfile.TemporaryDirectory(dir="/tmp") as d:
+        sock = str(Path(d) / "n0.sock")
+        exporter = subprocess.Popen([sys.executable, "-m", "kilorl.monitor.exporter", "--node", "n0", "--socket", sock],
+                                    stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+        exporter.stdout.readline()  # ready
+        for i in range(pairs):  # alternate which goes first, so load drifts hit both equally
+            m = RoleMetrics("actor", 0, "n0", sink=sock).start()
+            if i % 2 == 0:
+                a, b = loop(None), loop(m)
+            else:
+                b, a = loop(m), loop(None)
             m.close()
+            off.append(a)
+            on.append(b)
+            ratio.append(b / a)
+        exporter.terminate()
+        exporter.wait()
     return {"cartpole_steps_per_s_off": round(statistics.median(off)), "cartpole_steps_per_s_on": round(statistics.median(on)),
-            "cartpole_slowdown_pct": round(100 * (1 - statistics.median(on) / statistics.median(off)), 2)}
+            "cartpole_slowdown_pct_median_of_pairs": round(100 * (1 - statistics.median(ratio)), 2),
+            "cartpole_slowdown_pct_per_pair": [round(100 * (1 - r), 1) for r in ratio]}
 
 
 def main() -> None:

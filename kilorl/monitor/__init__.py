@@ -14,25 +14,32 @@ nothing of RL, configs or Ray; the trainer and roles call into it.
 
 from __future__ import annotations
 
-from kilorl.monitor.exporter import NodeExporter
-from kilorl.monitor.leak import LeakDetector, LeakVerdict
-from kilorl.monitor.metrics import METRICS, MetricSpec
-from kilorl.monitor.migration import MemoryStatus, MigrationDecision, MigrationPolicy
-from kilorl.monitor.reporter import RoleMetrics
-from kilorl.monitor.settings import LeakDetectorConfig, MigrationConfig, MonitorConfig, PrometheusConfig
+import importlib
+from typing import Any
 
-__all__ = [
-    "METRICS",
-    "LeakDetector",
-    "LeakDetectorConfig",
-    "LeakVerdict",
-    "MemoryStatus",
-    "MetricSpec",
-    "MigrationConfig",
-    "MigrationDecision",
-    "MigrationPolicy",
-    "MonitorConfig",
-    "NodeExporter",
-    "PrometheusConfig",
-    "RoleMetrics",
-]
+# Imported on first use, so that `python -m kilorl.monitor.exporter` and light users
+# (the leak detector alone) do not load every submodule.
+_LAZY = {
+    "METRICS": "kilorl.monitor.metrics",
+    "MetricSpec": "kilorl.monitor.metrics",
+    "NodeExporter": "kilorl.monitor.exporter",
+    "LeakDetector": "kilorl.monitor.leak",
+    "LeakVerdict": "kilorl.monitor.leak",
+    "MemoryStatus": "kilorl.monitor.migration",
+    "MigrationDecision": "kilorl.monitor.migration",
+    "MigrationPolicy": "kilorl.monitor.migration",
+    "RoleMetrics": "kilorl.monitor.reporter",
+    "LeakDetectorConfig": "kilorl.monitor.settings",
+    "MigrationConfig": "kilorl.monitor.settings",
+    "MonitorConfig": "kilorl.monitor.settings",
+    "PrometheusConfig": "kilorl.monitor.settings",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'kilorl.monitor' has no attribute {name!r}")
+
+
+__all__ = sorted(_LAZY)
