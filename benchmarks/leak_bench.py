@@ -1,0 +1,145 @@
+"""Leak detection on real processes: detection delay for injected leaks, false alarms on healthy ones.
+
+    python benchmarks/leak_bench.py --rates 1,2,5 --repeats 3 --healthy-s 400
+
+Each leaker is a real child process that starts leaking (written, hence resident, memory)
+``--leak-after-s`` seconds after it starts; each healthy child churns memory for the whole
+run in one of three patterns (random allocate/free, a GC-like sawtooth, one-off step
+allocations). The parent samples every child's RSS once per second with psutil and runs
+one :class:`kilorl.monitor.LeakDetector` (default configuration) per child, exactly as a
+role's reporter does. All children run side by side, so the machine's load is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kilorl.monitor import LeakDetector  # noqa: E402
+
+MiB = 2**20
+
+
+def worker(kind: str, rate: float, leak_after_s: float, seed: int) -> None:
+    """The child: behaves as told until killed; prints the monotonic time its leak starts."""
+    rng = random.Random(seed)
+    held: list[bytearray] = []
+    t0 = last = time.monotonic()
+    started = False
+    cache: bytearray | None = None
+    saw: list[bytearray] = []
+    while True:
+        now = time.monotonic()
+        if kind == "leak" and now - t0 >= leak_after_s:
+            if not started:
+                print(json.dumps({"leak_start": now}), flush=True)
+                started = True
+            held.append(bytearray(b"\x01") * int(rate * MiB * (now - last)))
+        elif kind == "churn":
+            scratch = [bytearray(b"\x02") * int(rng.uniform(1, 40) * MiB) for _ in range(2)]
+            del scratch
+        elif kind == "sawtooth":  # grows 8 MiB/s for 10 s, then everything is released
+            saw.append(bytearray(b"\x03") * int(8 * MiB * (now - last)))
+            if len(saw) > 50:
+                saw.clear()
+        elif kind == "steps" and cache is None and now - t0 > rng.uniform(30, 200):
+            cache = bytearray(b"\x04") * (200 * MiB)  # a cache filled once, then kept
+        last = now
+        time.sleep(0.2)
+
+
+def spawn(kind: str, rate: float, leak_after_s: float, seed: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, __file__, "--worker", kind, "--rate", str(rate), "--leak-after-s", str(leak_after_s),
+         "--seed", str(seed)],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def run(rates: list[float], repeats: int, healthy_s: float, leak_after_s: float, max_wait_s: float) -> dict:
+    kids: list[dict] = []
+    for rate in rates:
+        for r in range(repeats):
+            kids.append({"kind": "leak", "rate": rate, "proc": spawn("leak", rate, leak_after_s, r)})
+    for i, kind in enumerate(("churn", "sawtooth", "steps")):
+        kids.append({"kind": kind, "rate": 0.0, "proc": spawn(kind, 0.0, 0.0, i)})
+    for k in kids:
+        k.update(ps=psutil.Process(k["proc"].pid), det=LeakDetector(), flagged_at=None, alarms=0, flagged_s=0,
+                 was=False, leak_start=None, done=False, samples=0)
+        if k["kind"] == "leak":
+            os.set_blocking(k["proc"].stdout.fileno(), False)
+    t_begin = time.monotonic()
+    tick = 1.0
+    next_t = t_begin
+    while True:
+        now = time.monotonic()
+        for k in kids:
+            if k["done"]:
+                continue
+            if k["kind"] == "leak" and k["leak_start"] is None:
+                line = k["proc"].stdout.readline()
+                if line:
+                    k["leak_start"] = json.loads(line)["leak_start"]
+            v = k["det"].update(now, float(k["ps"].memory_info().rss), None)
+            k["samples"] += 1
+            if v.suspected and not k["was"]:
+                k["alarms"] += 1
+                if k["flagged_at"] is None:
+                    k["flagged_at"] = now
+            k["flagged_s"] += int(v.suspected)
+            k["was"] = v.suspected
+            if k["kind"] == "leak" and (k["flagged_at"] is not None or
+                                       (k["leak_start"] and now - k["leak_start"] > max_wait_s)):
+                k["done"] = True
+                k["proc"].kill()
+        if now - t_begin >= healthy_s and all(k["done"] for k in kids if k["kind"] == "leak"):
+            break
+        next_t += tick
+        time.sleep(max(0.0, next_t - time.monotonic()))
+    for k in kids:
+        k["proc"].kill()
+        k["proc"].wait()
+    out: dict = {"leaks": {}, "healthy": {}, "healthy_s": healthy_s}
+    for rate in rates:
+        ks = [k for k in kids if k["kind"] == "leak" and k["rate"] == rate]
+        delays = [k["flagged_at"] - k["leak_start"] for k in ks if k["flagged_at"] and k["leak_start"]]
+        early = [k for k in ks if k["flagged_at"] and k["leak_start"] and k["flagged_at"] < k["leak_start"]]
+        out["leaks"][rate] = {"delays_s": [round(d, 1) for d in delays], "median_s": round(statistics.median(delays), 1)
+                              if delays else None, "missed": len(ks) - len(delays), "flagged_before_leak": len(early)}
+    for k in kids:
+        if k["kind"] != "leak":
+            out["healthy"][k["kind"]] = {"observed_s": k["samples"], "alarms": k["alarms"], "flagged_s": k["flagged_s"]}
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rates", default="1,2,5", help="leak rates in MiB/s")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--healthy-s", type=float, default=400.0, help="how long the healthy processes are watched")
+    p.add_argument("--leak-after-s", type=float, default=90.0, help="leaks start once the window is full of steady samples")
+    p.add_argument("--max-wait-s", type=float, default=120.0, help="a leak not flagged by then counts as missed")
+    p.add_argument("--worker", choices=["leak", "churn", "sawtooth", "steps"], help=argparse.SUPPRESS)
+    p.add_argument("--rate", type=float, default=0.0, help=argparse.SUPPRESS)
+    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.worker:
+        worker(a.worker, a.rate, a.leak_after_s, a.seed)
+        return
+    res = run([float(r) for r in a.rates.split(",")], a.repeats, a.healthy_s, a.leak_after_s, a.max_wait_s)
+    print(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()

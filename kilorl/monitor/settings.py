@@ -1,0 +1,68 @@
+"""The ``monitor`` section of a run configuration.
+
+Kept in the monitor package (not in ``kilorl.config``) so that this layer stays
+importable on its own; the run configuration embeds :class:`MonitorConfig` as its
+``monitor`` field.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+
+class PrometheusConfig(_Section):
+    enabled: bool = False
+    """Serve Prometheus metrics: one exporter per node, all roles of that node behind it."""
+    port: int = Field(default=9464, ge=0, le=65535)
+    """HTTP port of the driver node's exporter (0: any free port); other nodes use port+1.. when taken."""
+    host: str = "127.0.0.1"
+    """Address the exporters bind; loopback by default, set 0.0.0.0 to be scraped from other machines."""
+    push_interval_s: float = Field(default=1.0, gt=0)
+    """How often each role sends its snapshot to its node's exporter."""
+    stale_after_s: float = Field(default=10.0, gt=0)
+    """A role silent for this long (hung, not just dead) has its series dropped."""
+    scrape_interval_s: float = Field(default=5.0, gt=0)
+    """Scrape interval written into the generated Prometheus configuration."""
+
+
+class LeakDetectorConfig(_Section):
+    window_s: float = Field(default=40.0, gt=0)
+    """Sliding window of memory samples the trend is fitted on."""
+    warmup_s: float = Field(default=20.0, ge=0)
+    """Samples from a role's first seconds are ignored (start-up allocations are not a leak)."""
+    min_slope_bytes_per_s: float = Field(default=512 * 1024, gt=0)
+    """Growth slower than this is never flagged, however significant (0.5 MiB/s)."""
+    max_jump_fraction: float = Field(default=0.5, gt=0, le=1)
+    """A window whose largest sample-to-sample increase exceeds this share of its rise is a step, not a leak."""
+    min_z: float = Field(default=3.0, gt=0)
+    """Mann-Kendall z-score the upward trend must reach (3.0: one-sided p ~ 0.0013)."""
+    confirmations: int = Field(default=3, ge=1)
+    """Consecutive evaluations that must agree before a leak is reported."""
+    min_samples: int = Field(default=12, ge=6)
+    """Fewer samples than this in the window: no verdict yet."""
+    max_samples: int = Field(default=200, ge=8)
+    """Older samples are thinned out beyond this many (bounds the O(n^2) Theil-Sen cost)."""
+
+
+class MigrationConfig(_Section):
+    migrate_before_s: float = Field(default=120.0, gt=0)
+    """Move a role when it is predicted to reach its memory limit within this many seconds."""
+    cooldown_s: float = Field(default=300.0, ge=0)
+    """After a decision for a role, no new decision for it for this long (its replacement needs time)."""
+    max_concurrent: int = Field(default=1, ge=1)
+    """Most migrations decided in one round (the rest wait for the next)."""
+
+
+class MonitorConfig(_Section):
+    prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig)
+    """Prometheus exporters and service discovery."""
+    leak: LeakDetectorConfig = Field(default_factory=LeakDetectorConfig)
+    """Leak detector applied to every role's host RSS and device memory."""
+    migration: MigrationConfig = Field(default_factory=MigrationConfig)
+    """When a suspected leak makes the trainer move a role away."""
+    memory_budget_bytes: dict[str, int] = Field(default_factory=dict)
+    """Per role name (actor, learner, ...): host memory budget; the limit is the lower of it and node RAM."""
