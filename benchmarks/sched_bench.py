@@ -19,7 +19,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kilorl.placement import Allocation, ClusterState, load_topology, place  # noqa: E402
+from kilorl.placement import Allocation, CapacityState, load_topology, place  # noqa: E402
 from kilorl.placement.alibaba import read_nodes, read_pods  # noqa: E402
 from kilorl.placement.policies import POLICIES  # noqa: E402
 from kilorl.placement.simulate import simulate, simulate_jobs  # noqa: E402
@@ -87,7 +87,7 @@ def reference_requests():
     return requests_from_config(load_config(REPO / "examples/plan_1024.yaml", check_env=False))
 
 
-def busy_state(state: ClusterState, seed: int, frac: float = 0.4) -> ClusterState:
+def busy_state(state: CapacityState, seed: int, frac: float = 0.4) -> CapacityState:
     """Background load: ``frac`` of the nodes run 1-7 whole GPUs of other jobs (lowest indices)."""
     rng = np.random.default_rng(seed)
     busy = state.copy()
@@ -101,7 +101,7 @@ def busy_state(state: ClusterState, seed: int, frac: float = 0.4) -> ClusterStat
 def layout_tables(seeds: int, repeats: int) -> str:
     topo = load_topology(REPO / "examples/clusters/1024xH100.yaml")
     reqs = reference_requests()
-    empty = ClusterState(topo)
+    empty = CapacityState(topo)
     out = [
         "Reference layout (`examples/plan_1024.yaml`: 16 parameter servers, 32 learners x 1 GPU, 80 actors x 0.5 GPU) "
         "on `examples/clusters/1024xH100.yaml` (128 nodes x 8 H100, NVSwitch, 8 x 50 GB/s rails, 16 nodes per leaf). "

@@ -1,16 +1,22 @@
 """GPU fragmentation as defined by FGD (Weng et al., USENIX ATC'23).
 
 For a target workload M (task types m with popularity p_m), the fragmentation of a node n is
-``F_n(M) = sum_m p_m * F_n(m)``, in GPU shares, where ``F_n(m)`` is the free GPU share on n
+``F_n(M) = sum_m p_m * F_n(m)``, in GPU milli, where ``F_n(m)`` is the free GPU share on n
 that task m cannot use:
 
-- m does not fit on n at all (CPU, memory, GPU model or GPU share): all free GPU share of n;
+- m does not fit on n at all (CPU, GPU model, GPU share; memory too unless the measure
+  ignores it): all free GPU share of n;
 - m is a shared-GPU task (< 1 device): the free share of the devices with less free than m asks;
 - m takes whole devices: the free share of partially used devices;
-- m is CPU-only and fits: 0.
+- m is CPU-only: all free GPU share of n in the paper's measure (a CPU task uses no GPU),
+  0 if it fits in the ``strand`` measure (which only charges GPUs stranded by a lack of CPU).
 
-The cluster's fragmentation is the sum over nodes. ``binpack-topo`` places a task where it
-*increases* that sum the least (the "fragmentation gradient").
+The cluster's fragmentation is the sum over nodes. ``fgd`` and ``binpack-topo`` place a task
+where it *increases* that sum the least (the "fragmentation gradient").
+
+Computed by thresholds: a task type needs devices with at least ``need`` milli free, and the
+trace has few distinct ``need`` values (about 20), so the per-device work is ``[rows, devices,
+thresholds]`` and only the CPU/memory test is per type.
 """
 
 from __future__ import annotations
@@ -22,7 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from kilorl.placement.requests import Demand
-from kilorl.placement.state import ClusterState
+from kilorl.placement.state import CapacityState
+
+MEASURES: tuple[str, ...] = ("paper", "strand")
+"""``paper``: the FGD artifact's measure (CPU and GPU only; CPU-only tasks see every free GPU
+as a fragment). ``strand``: memory counts too, CPU-only tasks that fit add nothing."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +46,10 @@ class Workload:
     model_mask: np.ndarray
     """[types, models] bool: which GPU models a type accepts."""
     prob: np.ndarray
+    thresholds: np.ndarray
+    """Distinct free share (milli) a device must have for some GPU type to use it."""
+    threshold_of: np.ndarray
+    """Per type: index into ``thresholds`` (-1 for CPU-only types)."""
 
     @classmethod
     def of(cls, demands: Iterable[Demand], model_names: list[str], max_types: int | None = None) -> Workload:
@@ -50,36 +64,52 @@ class Workload:
         for t, d in enumerate(types):
             if d.gpu_models is not None and d.num_gpus:
                 mask[t] = [m in d.gpu_models for m in model_names] or [False]
+        num_gpus = np.array([d.num_gpus for d in types], dtype=np.int64)
+        need = np.array([0 if d.num_gpus == 0 else (d.gpu_milli if d.shared else 1000) for d in types], dtype=np.int64)
+        thresholds = np.unique(need[num_gpus > 0])
         return cls(
-            num_gpus=np.array([d.num_gpus for d in types], dtype=np.int64),
+            num_gpus=num_gpus,
             gpu_milli=np.array([d.gpu_milli for d in types], dtype=np.int64),
             cpu_milli=np.array([d.cpu_milli for d in types], dtype=np.int64),
             mem_mib=np.array([d.mem_mib for d in types], dtype=np.int64),
             model_mask=mask,
             prob=weights / weights.sum(),
+            thresholds=thresholds,
+            threshold_of=np.where(num_gpus > 0, np.searchsorted(thresholds, need), -1),
         )
 
 
 def node_fragmentation(
-    gpu_free: np.ndarray, cpu_free: np.ndarray, mem_free: np.ndarray, node_model: np.ndarray, wl: Workload
+    gpu_free: np.ndarray, cpu_free: np.ndarray, mem_free: np.ndarray, node_model: np.ndarray, wl: Workload,
+    measure: str = "paper",
 ) -> np.ndarray:
     """``F_n(M)`` in GPU milli for each row (node) of the given arrays."""
     free = np.clip(gpu_free, 0, None).astype(np.int64)  # [R, G]
     total = free.sum(axis=1)  # [R]
-    ok = (cpu_free[:, None] >= wl.cpu_milli[None, :]) & (mem_free[:, None] >= wl.mem_mib[None, :])
-    has_gpu = node_model >= 0
-    model_ok = np.where(has_gpu[:, None], wl.model_mask[:, np.clip(node_model, 0, None)].T, wl.num_gpus[None, :] == 0)
-    ok &= model_ok | (wl.num_gpus[None, :] == 0)
-    shared = (wl.num_gpus == 1) & (wl.gpu_milli < 1000)
-    # Per type: the share each device must have free, and the count of such devices needed.
-    need = np.where(wl.num_gpus == 0, 0, np.where(shared, wl.gpu_milli, 1000))  # [T]
-    usable = free[:, :, None] >= need[None, None, :]  # [R, G, T]
-    gpu_fit = usable.sum(axis=1) >= wl.num_gpus[None, :]  # [R, T]
-    stranded = (free[:, :, None] * ~usable).sum(axis=1)  # [R, T] free share on devices too small
-    frag = np.where(ok & gpu_fit, np.where(wl.num_gpus[None, :] == 0, 0, stranded), total[:, None])
-    return frag @ wl.prob
+    out = np.zeros(len(free))
+    gpu_t = wl.num_gpus > 0
+    if gpu_t.any():
+        thr = wl.thresholds
+        usable = free[:, :, None] >= thr[None, None, :]  # [R, G, S]
+        count = usable.sum(axis=1)  # [R, S] devices a type of threshold s can use
+        stranded = (free[:, :, None] * ~usable).sum(axis=1)  # [R, S] free share on devices too small
+        s = wl.threshold_of[gpu_t]
+        ok = (count[:, s] >= wl.num_gpus[gpu_t][None, :]) & (cpu_free[:, None] >= wl.cpu_milli[gpu_t][None, :])
+        if measure == "strand":
+            ok &= mem_free[:, None] >= wl.mem_mib[gpu_t][None, :]
+        ok &= wl.model_mask[gpu_t][:, np.clip(node_model, 0, None)].T
+        out += np.where(ok, stranded[:, s], total[:, None]) @ wl.prob[gpu_t]
+    cpu_t = ~gpu_t
+    if cpu_t.any():
+        if measure == "paper":
+            out += total * wl.prob[cpu_t].sum()
+        else:
+            fits = (cpu_free[:, None] >= wl.cpu_milli[cpu_t][None, :]) & (mem_free[:, None] >= wl.mem_mib[cpu_t][None, :])
+            out += np.where(fits, 0, total[:, None]) @ wl.prob[cpu_t]
+    return out
 
 
-def cluster_fragmentation(state: ClusterState, wl: Workload) -> float:
+def cluster_fragmentation(state: CapacityState, wl: Workload, measure: str = "paper") -> float:
     """Sum of ``F_n(M)`` over all nodes, in GPUs (not milli)."""
-    return float(node_fragmentation(state.gpu_free, state.cpu_free, state.mem_free, state.node_model, wl).sum()) / 1000.0
+    f = node_fragmentation(state.gpu_free, state.cpu_free, state.mem_free, state.node_model, wl, measure)
+    return float(f.sum()) / 1000.0

@@ -21,9 +21,10 @@ import numpy as np
 
 from kilorl.placement.alibaba import TracePod
 from kilorl.placement.fragmentation import Workload
-from kilorl.placement.policies import GPU_CHOICE, FragCache, check_policy, choose_node
+from kilorl.placement.policies import check_policy, choose_node, pick_gpus, scorer_for
 from kilorl.placement.requests import GangRequest
-from kilorl.placement.state import Allocation, ClusterState
+from kilorl.placement.scoring import FragScorer
+from kilorl.placement.state import Allocation, CapacityState
 from kilorl.placement.topology import Topology
 
 CHECKPOINT_STEP = 0.05
@@ -80,28 +81,38 @@ class SimResult:
 class PodScheduler:
     """One pod at a time onto one node (the trace's pods never span nodes)."""
 
-    def __init__(self, state: ClusterState, policy: str, workload: Workload) -> None:
+    def __init__(self, state: CapacityState, policy: str, workload: Workload) -> None:
         self.state, self.policy = state, check_policy(policy)
-        self.cache = FragCache(workload)
-        self.cache.refresh(state)
+        self.scorer = scorer_for(policy, workload)
+        # Reported fragmentation: the paper's measure for every policy, so they compare.
+        self.report = self.scorer if self.scorer is not None and self.scorer.measure == "paper" else FragScorer(workload)
+        for s in {id(self.report): self.report, id(self.scorer): self.scorer}.values():
+            if s is not None:
+                s.refresh(state)
         self.all_nodes = np.ones(len(state.cpu_free), dtype=bool)
+
+    def _touched(self, node: int) -> None:
+        self.report.refresh(self.state, [node])
+        if self.scorer is not None and self.scorer is not self.report:
+            self.scorer.refresh(self.state, [node])
 
     def try_place(self, pod: TracePod) -> Allocation | None:
         d = pod.demand
-        node = choose_node(self.policy, self.state, d, self.all_nodes, cache=self.cache if self.policy == "binpack-topo" else None)
+        node, device = choose_node(self.policy, self.state, d, self.all_nodes, cache=self.scorer)
         if node < 0:
             return None
-        a = Allocation(pod.name, 0, node, self.state.choose_gpus(node, d, GPU_CHOICE[self.policy]), d.gpu_milli, d.cpu_milli, d.mem_mib)
+        a = Allocation(pod.name, 0, node, pick_gpus(self.policy, self.state, node, d, device), d.gpu_milli, d.cpu_milli, d.mem_mib)
         self.state.allocate(a)
-        self.cache.refresh(self.state, [node])
+        self._touched(node)
         return a
 
     def release(self, a: Allocation) -> None:
         self.state.release(a)
-        self.cache.refresh(self.state, [a.node])
+        self._touched(a.node)
 
     def fragmentation_gpus(self) -> float:
-        return float(self.cache.values.sum()) / 1000.0
+        """The paper's fragmentation of the whole cluster now, in GPUs."""
+        return float(self.report.values.sum()) / 1000.0
 
 
 def simulate(
@@ -117,7 +128,7 @@ def simulate(
         raise ValueError(f"unknown mode {mode!r}; allowed: fill, replay")
     if not pods:
         raise ValueError("the trace has no pods")
-    state = ClusterState(topology)
+    state = CapacityState(topology)
     wl = Workload.of([p.demand for p in pods], state.model_names, max_types=max_types)
     sched = PodScheduler(state, policy, wl)
     res = SimResult(policy, mode, state.gpu_capacity_milli / 1000.0)
@@ -193,7 +204,7 @@ def simulate_jobs(topology: Topology, jobs: Sequence[TraceJob], policy: str, *, 
     from kilorl.placement.scheduler import PlacementError, place
 
     check_policy(policy)
-    state = ClusterState(topology)
+    state = CapacityState(topology)
     res = SimResult(policy, "replay-jobs", state.gpu_capacity_milli / 1000.0)
     wl = Workload.of([g.demand for j in jobs for g in j.gangs for _ in range(g.count)], state.model_names)
     events = sorted([(j.creation, 1, i) for i, j in enumerate(jobs)] + [(j.deletion, 0, i) for i, j in enumerate(jobs)])

@@ -33,7 +33,7 @@ class Allocation:
     mem_mib: int
 
 
-class ClusterState:
+class CapacityState:
     """Free resources of every node of a topology."""
 
     def __init__(self, topology: Topology) -> None:
@@ -58,8 +58,8 @@ class ClusterState:
         self.domain = np.array([domains[nd.failure_domain] for nd in topology.nodes], dtype=np.int32)
         self.gpu_capacity_milli = int((self.gpu_free > 0).sum()) * 1000
 
-    def copy(self) -> ClusterState:
-        new = object.__new__(ClusterState)
+    def copy(self) -> CapacityState:
+        new = object.__new__(CapacityState)
         new.__dict__.update(self.__dict__)
         for name in ("gpu_free", "cpu_free", "mem_free"):
             setattr(new, name, getattr(self, name).copy())

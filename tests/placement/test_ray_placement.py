@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kilorl.placement import Affinity, ClusterState, Demand, GangRequest, place, topology_from_dict
+from kilorl.placement import Affinity, CapacityState, Demand, GangRequest, place, topology_from_dict
 from kilorl.placement.ray_placement import (
     RayPlacementError,
     create_placement_groups,
@@ -29,7 +29,7 @@ REQUESTS = [
 
 
 def _placement(topology_dict=TWO_NODES):
-    return place(ClusterState(topology_from_dict(topology_dict)), REQUESTS, "binpack-topo")
+    return place(CapacityState(topology_from_dict(topology_dict)), REQUESTS, "binpack-topo")
 
 
 def test_bundle_specs_pin_every_instance():
@@ -99,7 +99,7 @@ def test_unreservable_placement_leaves_nothing_reserved(ray_cluster):
     bigger = {**TWO_NODES, "node_types": {"box": {**TWO_NODES["node_types"]["box"],
                                                    "gpus": {"model": "T4", "count": 4, "islands": "all"}}}}
     reqs = [GangRequest("big", 2, Demand.of(2, 0.5, 0.1))]
-    p = place(ClusterState(topology_from_dict(bigger)), reqs, "first-fit")
+    p = place(CapacityState(topology_from_dict(bigger)), reqs, "first-fit")
     assert {a.node for a in p.allocations} == {0}
     with pytest.raises(RayPlacementError, match="not ready"):
         create_placement_groups(p, timeout_s=3)
@@ -108,4 +108,4 @@ def test_unreservable_placement_leaves_nothing_reserved(ray_cluster):
     ghost = {**TWO_NODES, "node_groups": [{"type": "box", "count": 1, "prefix": "ghost"}]}
     with pytest.raises(RayPlacementError, match="no live Ray node declares kilorl_node_ghost0000"):
         one = [GangRequest("big", 1, Demand.of(2, 0.5, 0.1))]
-        create_placement_groups(place(ClusterState(topology_from_dict(ghost)), one, "first-fit"))
+        create_placement_groups(place(CapacityState(topology_from_dict(ghost)), one, "first-fit"))

@@ -8,7 +8,7 @@ import pytest
 from kilorl.placement import (
     Affinity,
     Allocation,
-    ClusterState,
+    CapacityState,
     Demand,
     GangRequest,
     PlacementError,
@@ -25,7 +25,7 @@ ALL = list(POLICIES)
 
 @pytest.fixture
 def small(small_topology_dict):
-    return ClusterState(topology_from_dict(small_topology_dict))
+    return CapacityState(topology_from_dict(small_topology_dict))
 
 
 def snapshot(state):
@@ -111,7 +111,7 @@ def test_learner_group_lands_in_one_island_when_one_fits(small):
 
 
 def test_large_learner_group_spans_fewest_nodes_one_leaf():
-    state = ClusterState(uniform_topology(32, 8, nodes_per_leaf=8))
+    state = CapacityState(uniform_topology(32, 8, nodes_per_leaf=8))
     # The first leaf is half busy (3 of 8 GPUs free per node); the others are idle.
     for n in range(8):
         state.allocate(Allocation("bg", n, n, (0, 1, 2, 3, 4), 1000, 1000, 1024))
@@ -136,7 +136,7 @@ def test_fractional_shares_pack_two_per_gpu(small):
 def test_gpu_model_constraint(repo):
     from kilorl.placement import load_topology
 
-    state = ClusterState(load_topology(repo / "examples/clusters/heterogeneous.yaml"))
+    state = CapacityState(load_topology(repo / "examples/clusters/heterogeneous.yaml"))
     req = GangRequest("inf", 10, Demand.of(1, 1, 1, gpu_models=frozenset({"L4"})))
     for policy in ALL:
         p = place(state, [req], policy)
@@ -148,7 +148,7 @@ def test_gpu_model_constraint(repo):
 def test_reference_layout_on_1024_gpus(repo):
     from kilorl.placement import load_topology
 
-    state = ClusterState(load_topology(repo / "examples/clusters/1024xH100.yaml"))
+    state = CapacityState(load_topology(repo / "examples/clusters/1024xH100.yaml"))
     reqs = [
         GangRequest("learner", 32, Demand.of(1, 8, 64), (Affinity("same_island"),), collective=True),
         GangRequest("parameter_server", 16, Demand.of(0, 4, 32), (Affinity("near_role", role="learner"),)),
@@ -176,7 +176,7 @@ def test_allreduce_estimate_orders_placements():
 
 
 def test_fgd_fragmentation_by_hand(small_topology_dict):
-    state = ClusterState(topology_from_dict(small_topology_dict))
+    state = CapacityState(topology_from_dict(small_topology_dict))
     # Node 0: GPU0 has 300 milli free, GPU1 600, GPU2/3 whole. Others fully used.
     for node in (1, 2, 3):
         state.allocate(Allocation("bg", node, node, (0, 1, 2, 3), 1000, 0, 0))
@@ -203,4 +203,4 @@ def test_demand_validation():
     with pytest.raises(ValueError, match="near_role needs role"):
         Affinity("near_role")
     with pytest.raises(ValueError, match="unknown policy"):
-        place(ClusterState(uniform_topology(1, 1)), [], "random")
+        place(CapacityState(uniform_topology(1, 1)), [], "random")
