@@ -50,6 +50,10 @@ class Workload:
     """Distinct free share (milli) a device must have for some GPU type to use it."""
     threshold_of: np.ndarray
     """Per type: index into ``thresholds`` (-1 for CPU-only types)."""
+    cpu_per_gpu: float
+    """CPU milli the workload asks per GPU milli (all tasks, CPU-only ones included; inf without GPUs)."""
+    mem_per_gpu: float
+    """Memory MiB the workload asks per GPU milli."""
 
     @classmethod
     def of(cls, demands: Iterable[Demand], model_names: list[str], max_types: int | None = None) -> Workload:
@@ -67,6 +71,8 @@ class Workload:
         num_gpus = np.array([d.num_gpus for d in types], dtype=np.int64)
         need = np.array([0 if d.num_gpus == 0 else (d.gpu_milli if d.shared else 1000) for d in types], dtype=np.int64)
         thresholds = np.unique(need[num_gpus > 0])
+        gpu = sum(c * d.total_gpu_milli for d, c in common)
+        per_gpu = (lambda x: x / gpu if gpu else float("inf"))
         return cls(
             num_gpus=num_gpus,
             gpu_milli=np.array([d.gpu_milli for d in types], dtype=np.int64),
@@ -76,6 +82,8 @@ class Workload:
             prob=weights / weights.sum(),
             thresholds=thresholds,
             threshold_of=np.where(num_gpus > 0, np.searchsorted(thresholds, need), -1),
+            cpu_per_gpu=per_gpu(sum(c * d.cpu_milli for d, c in common)),
+            mem_per_gpu=per_gpu(sum(c * d.mem_mib for d, c in common)),
         )
 
 
@@ -107,6 +115,17 @@ def node_fragmentation(
             fits = (cpu_free[:, None] >= wl.cpu_milli[cpu_t][None, :]) & (mem_free[:, None] >= wl.mem_mib[cpu_t][None, :])
             out += np.where(fits, 0, total[:, None]) @ wl.prob[cpu_t]
     return out
+
+
+def ratio_stranding(gpu_total: np.ndarray, cpu_free: np.ndarray, mem_free: np.ndarray, wl: Workload) -> np.ndarray:
+    """GPU milli per node that the workload, at its average CPU and memory per GPU, cannot reach.
+
+    A fluid view of the same loss ``F_n(M)`` counts only once it happens: a node whose free
+    CPU (or memory) is short of what its free GPUs will draw at the workload's ratio strands
+    the difference. ``binpack-topo`` descends the sum of both, so it keeps CPU-rich nodes for
+    CPU-heavy tasks before the CPU runs out rather than after.
+    """
+    return np.maximum(0.0, gpu_total - cpu_free / wl.cpu_per_gpu) + np.maximum(0.0, gpu_total - mem_free / wl.mem_per_gpu)
 
 
 def cluster_fragmentation(state: CapacityState, wl: Workload, measure: str = "paper") -> float:

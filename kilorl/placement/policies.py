@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kilorl.placement.fragmentation import Workload
+from kilorl.placement.fragmentation import Workload, ratio_stranding
 from kilorl.placement.requests import Demand
 from kilorl.placement.scoring import FragScorer
 from kilorl.placement.state import CapacityState
@@ -88,6 +88,12 @@ def choose_node(
         return int(idx[k]), int(device[k])
     if policy == "binpack-topo":
         after_g = gfree - demand.total_gpu_milli
+        if cache is not None:
+            mem = state.mem_free[idx]
+            wl = cache.workload
+            grow = (ratio_stranding(after_g, cfree - demand.cpu_milli, mem - demand.mem_mib, wl)
+                    - ratio_stranding(gfree, cfree, mem, wl))
+            delta = np.round(delta + grow, 3)
         if balance is not None:
             k = np.lexsort((cfree, after_g, delta, balance[idx], ~in_pref))[0]
         else:
