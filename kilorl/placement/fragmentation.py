@@ -72,7 +72,10 @@ class Workload:
         need = np.array([0 if d.num_gpus == 0 else (d.gpu_milli if d.shared else 1000) for d in types], dtype=np.int64)
         thresholds = np.unique(need[num_gpus > 0])
         gpu = sum(c * d.total_gpu_milli for d, c in common)
-        per_gpu = (lambda x: x / gpu if gpu else float("inf"))
+
+        def per_gpu(x: float) -> float:
+            return x / gpu if gpu else float("inf")
+
         return cls(
             num_gpus=num_gpus,
             gpu_milli=np.array([d.gpu_milli for d in types], dtype=np.int64),

@@ -8,6 +8,8 @@ Two modes:
   The cluster is **saturated** once arrived GPU demand reaches 100% of its GPU capacity;
   beyond that only fragmentation keeps GPUs idle.
 - ``replay``: arrivals at ``creation_time``, departures at ``deletion_time``, as recorded.
+- ``queue``: arrivals compressed in time to a target offered load; pods that do not fit
+  wait (``fifo`` or ``backfill``) and run for their recorded duration (``queueing``).
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ import numpy as np
 from kilorl.placement.alibaba import TracePod
 from kilorl.placement.fragmentation import Workload
 from kilorl.placement.policies import check_policy, choose_node, pick_gpus, scorer_for
+from kilorl.placement.queueing import QueueSimulation
 from kilorl.placement.requests import GangRequest
 from kilorl.placement.scoring import FragScorer
 from kilorl.placement.state import Allocation, CapacityState
 from kilorl.placement.topology import Topology
 
+MODES: tuple[str, ...] = ("fill", "replay", "queue")
 CHECKPOINT_STEP = 0.05
 """``fill`` records a sample every time another 5% of the GPU capacity has arrived."""
 
@@ -63,11 +67,12 @@ class SimResult:
 
     def to_dict(self) -> dict[str, Any]:
         lat = np.array(self.latencies_us) if self.latencies_us else np.zeros(1)
+        sat = self.saturated_allocation_rate()
         return {
             "policy": self.policy, "mode": self.mode, "gpus": self.gpus, "arrived": self.arrived,
             "placed": self.placed, "failed": self.failed, "failed_gpu": round(self.failed_gpu, 3),
             "final_allocation_rate": round(self.final_allocation_rate, 6),
-            "saturated_allocation_rate": None if self.saturated_allocation_rate() is None else round(self.saturated_allocation_rate(), 6),
+            "saturated_allocation_rate": None if sat is None else round(sat, 6),
             "unallocated_gpus": round(self.unallocated_gpus, 2),
             "final_fragmentation_gpus": round(self.final_fragmentation_gpus, 2),
             "latency_us_p50": round(float(np.percentile(lat, 50)), 1),
@@ -76,6 +81,21 @@ class SimResult:
             "rejected": self.rejected,
             "timeline": self.timeline,
         }
+
+
+def fill_sequence(pods: Sequence[TracePod], capacity_milli: int, target_load: float) -> list[TracePod]:
+    """The trace, submitted again and again, until the GPU share asked reaches ``target_load`` x capacity."""
+    if target_load <= 0:
+        raise ValueError(f"target_load must be > 0 (got {target_load})")
+    if sum(p.demand.total_gpu_milli for p in pods) == 0:
+        raise ValueError("fill and queue modes need pods that ask for GPUs")
+    out, asked, k = [], 0, 0
+    while asked < target_load * capacity_milli:
+        pod = pods[k % len(pods)]
+        out.append(pod)
+        asked += pod.demand.total_gpu_milli
+        k += 1
+    return out
 
 
 class PodScheduler:
@@ -96,12 +116,14 @@ class PodScheduler:
         if self.scorer is not None and self.scorer is not self.report:
             self.scorer.refresh(self.state, [node])
 
-    def try_place(self, pod: TracePod) -> Allocation | None:
+    def try_place(self, pod: TracePod, mask: np.ndarray | None = None) -> Allocation | None:
+        """Place ``pod`` on the policy's node (among ``mask``, default all) or return None."""
         d = pod.demand
-        node, device = choose_node(self.policy, self.state, d, self.all_nodes, cache=self.scorer)
+        node, device = choose_node(self.policy, self.state, d, self.all_nodes if mask is None else mask, cache=self.scorer)
         if node < 0:
             return None
-        a = Allocation(pod.name, 0, node, pick_gpus(self.policy, self.state, node, d, device), d.gpu_milli, d.cpu_milli, d.mem_mib)
+        gpus = pick_gpus(self.policy, self.state, node, d, device)
+        a = Allocation(pod.name, 0, node, gpus, d.gpu_milli, d.cpu_milli, d.mem_mib)
         self.state.allocate(a)
         self._touched(node)
         return a
@@ -123,9 +145,12 @@ def simulate(
     mode: str = "fill",
     target_load: float = 1.3,
     max_types: int | None = None,
+    discipline: str = "fifo",
 ) -> SimResult:
-    if mode not in ("fill", "replay"):
-        raise ValueError(f"unknown mode {mode!r}; allowed: fill, replay")
+    """One policy over one trace. ``target_load``: GPU share submitted / capacity (fill and
+    queue modes); ``discipline``: queue mode's ``fifo`` or ``backfill``."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; allowed: {', '.join(MODES)}")
     if not pods:
         raise ValueError("the trace has no pods")
     state = CapacityState(topology)
@@ -147,15 +172,12 @@ def simulate(
             res.placed += 1
         return a
 
-    if mode == "fill":
-        if sum(p.demand.total_gpu_milli for p in pods) == 0:
-            raise ValueError("fill mode needs pods that ask for GPUs")
+    if mode == "queue":
+        QueueSimulation(sched, fill_sequence(pods, cap, target_load), res, discipline).run()
+    elif mode == "fill":
         arrived_milli = 0
         marks = [round(CHECKPOINT_STEP * i, 6) for i in range(1, int(round(target_load / CHECKPOINT_STEP)) + 1)] or [target_load]
-        k = 0
-        while arrived_milli < target_load * cap:
-            pod = pods[k % len(pods)]
-            k += 1
+        for pod in fill_sequence(pods, cap, target_load):
             attempt(pod)
             arrived_milli += pod.demand.total_gpu_milli
             while marks and arrived_milli >= marks[0] * cap:

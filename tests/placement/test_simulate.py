@@ -119,6 +119,9 @@ def test_sched_cli(fixtures, capsys, tmp_path, repo):
     assert out["results"][0]["policy"] == "first-fit" and out["results"][0]["timeline"]
     assert main(args + ["--mode", "replay", "--policy", "pack"]) == 0
     assert "pack" in capsys.readouterr().out
+    assert main(args + ["--mode", "queue", "--discipline", "backfill", "--policy", "fgd", "--json"]) == 0
+    queued = json.loads(capsys.readouterr().out)["results"][0]
+    assert queued["discipline"] == "backfill" and queued["placed"] + queued["failed"] == queued["arrived"]
     assert main(["sched", "simulate", "--cluster", str(repo / "examples/clusters/heterogeneous.yaml"),
                  "--synthetic-jobs", "20", "--policy", "binpack-topo"]) == 0
     assert "mean_allreduce_ms" in capsys.readouterr().out
