@@ -95,7 +95,7 @@ def node_fragmentation(
     measure: str = "paper",
 ) -> np.ndarray:
     """``F_n(M)`` in GPU milli for each row (node) of the given arrays."""
-    free = np.clip(gpu_free, 0, None).astype(np.int64)  # [R, G]
+    free = np.maximum(gpu_free, 0).astype(np.int64)  # [R, G]
     total = free.sum(axis=1)  # [R]
     out = np.zeros(len(free))
     gpu_t = wl.num_gpus > 0

@@ -68,7 +68,7 @@ def choose_node(
         return -1, -1
     if policy == "first-fit":
         return int(idx[0]), -1
-    gfree = np.clip(state.gpu_free[idx], 0, None).sum(axis=1)
+    gfree = state.gpu_total[idx]
     cfree = state.cpu_free[idx]
     if policy == "spread":
         # Most free GPU share first (CPU-only: most free CPU), lowest index on ties.

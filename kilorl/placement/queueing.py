@@ -54,9 +54,10 @@ class QueueSimulation:
         self._never = {d for d in {p.demand for p in pods} if not empty.fits(d).any()}
 
     def _try(self, i: int, mask: np.ndarray | None = None) -> bool:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         a = self.sched.try_place(self.pods[i], mask)
         self.res.latencies_us.append((time.perf_counter() - t0) * 1e6)
+        self.res.cpu_us.append((time.thread_time() - c0) * 1e6)
         return a is not None and self._started(i, a)
 
     def _started(self, i: int, a: Allocation) -> bool:

@@ -51,6 +51,9 @@ class SimResult:
     timeline: list[dict[str, float]] = field(default_factory=list)
     """Samples: arrived load or time, allocation rate, fragmentation."""
     latencies_us: list[float] = field(default_factory=list)
+    """Wall time of each placement decision."""
+    cpu_us: list[float] = field(default_factory=list)
+    """CPU time of the same decisions (the figure that survives a loaded machine)."""
     final_allocation_rate: float = 0.0
     final_fragmentation_gpus: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
@@ -67,6 +70,7 @@ class SimResult:
 
     def to_dict(self) -> dict[str, Any]:
         lat = np.array(self.latencies_us) if self.latencies_us else np.zeros(1)
+        cpu = np.array(self.cpu_us) if self.cpu_us else np.zeros(1)
         sat = self.saturated_allocation_rate()
         return {
             "policy": self.policy, "mode": self.mode, "gpus": self.gpus, "arrived": self.arrived,
@@ -77,6 +81,8 @@ class SimResult:
             "final_fragmentation_gpus": round(self.final_fragmentation_gpus, 2),
             "latency_us_p50": round(float(np.percentile(lat, 50)), 1),
             "latency_us_p99": round(float(np.percentile(lat, 99)), 1),
+            "cpu_us_p50": round(float(np.percentile(cpu, 50)), 1),
+            "cpu_us_p99": round(float(np.percentile(cpu, 99)), 1),
             **self.extra,
             "rejected": self.rejected,
             "timeline": self.timeline,
@@ -160,9 +166,10 @@ def simulate(
     cap = state.gpu_capacity_milli
 
     def attempt(pod: TracePod) -> Allocation | None:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         a = sched.try_place(pod)
         res.latencies_us.append((time.perf_counter() - t0) * 1e6)
+        res.cpu_us.append((time.thread_time() - c0) * 1e6)
         res.arrived += 1
         if a is None:
             res.failed += 1

@@ -57,11 +57,13 @@ class CapacityState:
         domains = {name: k for k, name in enumerate(dict.fromkeys(nd.failure_domain for nd in topology.nodes))}
         self.domain = np.array([domains[nd.failure_domain] for nd in topology.nodes], dtype=np.int32)
         self.gpu_capacity_milli = int((self.gpu_free > 0).sum()) * 1000
+        self.gpu_total = np.clip(self.gpu_free, 0, None).sum(axis=1).astype(np.int64)
+        """Free GPU share per node (milli), kept in step with ``gpu_free``."""
 
     def copy(self) -> CapacityState:
         new = object.__new__(CapacityState)
         new.__dict__.update(self.__dict__)
-        for name in ("gpu_free", "cpu_free", "mem_free"):
+        for name in ("gpu_free", "gpu_total", "cpu_free", "mem_free"):
             setattr(new, name, getattr(self, name).copy())
         return new
 
@@ -75,19 +77,21 @@ class CapacityState:
             raise ValueError(f"node {a.node}: not enough CPU or memory for {a}")
         for g in a.gpus:
             row[g] -= a.gpu_milli
+        self.gpu_total[a.node] -= a.gpu_milli * len(a.gpus)
         self.cpu_free[a.node] -= a.cpu_milli
         self.mem_free[a.node] -= a.mem_mib
 
     def release(self, a: Allocation) -> None:
         for g in a.gpus:
             self.gpu_free[a.node, g] += a.gpu_milli
+        self.gpu_total[a.node] += a.gpu_milli * len(a.gpus)
         self.cpu_free[a.node] += a.cpu_milli
         self.mem_free[a.node] += a.mem_mib
 
     # ---- queries -----------------------------------------------------------------
     @property
     def allocated_gpu_milli(self) -> int:
-        return self.gpu_capacity_milli - int(np.clip(self.gpu_free, 0, None).sum())
+        return self.gpu_capacity_milli - int(self.gpu_total.sum())
 
     @property
     def allocation_rate(self) -> float:
