@@ -135,3 +135,52 @@ def cluster_fragmentation(state: CapacityState, wl: Workload, measure: str = "pa
     """Sum of ``F_n(M)`` over all nodes, in GPUs (not milli)."""
     f = node_fragmentation(state.gpu_free, state.cpu_free, state.mem_free, state.node_model, wl, measure)
     return float(f.sum()) / 1000.0
+
+
+RARE = 0.05
+"""``leftover_gpus``: a node where fewer than this share of the workload's tasks fit is 'rare'."""
+
+
+def leftover_gpus(state: CapacityState, wl: Workload) -> dict[str, float]:
+    """Where the free GPU share sits, by how much of the workload can still use it (GPUs).
+
+    Per node: the share ``p_fit`` of the workload's GPU tasks (by count) that fit there now
+    (CPU-only tasks do not count: they cannot use a free GPU).
+    ``no_task_fits`` (of which ``cpu_or_memory_short``: some task would fit by GPU alone),
+    ``only_rare_tasks_fit`` (0 < p_fit < ``RARE``), ``common_tasks_fit``.
+    """
+    n = len(state.cpu_free)
+    p_fit, gpu_fit = np.zeros(n), np.zeros(n, dtype=bool)
+    gpu_types = np.flatnonzero(wl.num_gpus > 0)
+    weight = wl.prob[gpu_types] / max(wl.prob[gpu_types].sum(), 1e-12)
+    model = np.clip(state.node_model, 0, None)
+    for t, w in zip(gpu_types, weight, strict=True):
+        d = Demand(int(wl.num_gpus[t]), int(wl.gpu_milli[t]), int(wl.cpu_milli[t]), int(wl.mem_mib[t]))
+        on_model = wl.model_mask[t][model] & (state.node_model >= 0)
+        p_fit += w * (state.fits(d) & on_model)
+        gpu_fit |= state.fits(Demand(d.num_gpus, d.gpu_milli, 0, 0)) & on_model
+    free = state.gpu_total / 1000.0
+    none = p_fit <= 1e-12
+    return {
+        "free": round(float(free.sum()), 2),
+        "no_task_fits": round(float(free[none].sum()), 2),
+        "cpu_or_memory_short": round(float(free[none & gpu_fit].sum()), 2),
+        "only_rare_tasks_fit": round(float(free[~none & (p_fit < RARE)].sum()), 2),
+        "common_tasks_fit": round(float(free[p_fit >= RARE].sum()), 2),
+    }
+
+
+def sliver_floor(placed: dict[Demand, int]) -> float:
+    """GPUs that must stay idle given the placed pods, from slivers only smaller tasks can fill.
+
+    A device holding a shared pod of s > 500 milli keeps 1000 - s free unless pods of at most
+    1000 - s milli join it; so, for each such s, at least ``n_s * (1000 - s)`` minus the share
+    of all placed pods small enough stays idle. The largest of these bounds, in GPUs.
+    """
+    best = 0.0
+    for d, n in placed.items():
+        if d.shared and d.gpu_milli > 500:
+            room = 1000 - d.gpu_milli
+            fill = sum(c * e.gpu_milli for e, c in placed.items() if e.shared and e.gpu_milli <= room)
+            best = max(best, (n * room - fill) / 1000.0)
+    return best

@@ -15,6 +15,7 @@ Two modes:
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,10 +23,10 @@ from typing import Any
 import numpy as np
 
 from kilorl.placement.alibaba import TracePod
-from kilorl.placement.fragmentation import Workload
+from kilorl.placement.fragmentation import Workload, leftover_gpus, sliver_floor
 from kilorl.placement.policies import check_policy, choose_node, pick_gpus, scorer_for
 from kilorl.placement.queueing import QueueSimulation
-from kilorl.placement.requests import GangRequest
+from kilorl.placement.requests import Demand, GangRequest
 from kilorl.placement.scoring import FragScorer
 from kilorl.placement.state import Allocation, CapacityState
 from kilorl.placement.topology import Topology
@@ -165,6 +166,8 @@ def simulate(
     res = SimResult(policy, mode, state.gpu_capacity_milli / 1000.0)
     cap = state.gpu_capacity_milli
 
+    placed: Counter[Demand] = Counter()
+
     def attempt(pod: TracePod) -> Allocation | None:
         t0, c0 = time.perf_counter(), time.thread_time()
         a = sched.try_place(pod)
@@ -177,6 +180,7 @@ def simulate(
             res.rejected.append(pod.name)
         else:
             res.placed += 1
+            placed[pod.demand] += 1
         return a
 
     if mode == "queue":
@@ -212,6 +216,8 @@ def simulate(
                                      "fragmentation_gpus": sched.fragmentation_gpus(), "failed": res.failed})
     res.final_allocation_rate = state.allocation_rate
     res.final_fragmentation_gpus = sched.fragmentation_gpus()
+    if mode == "fill":
+        res.extra = {"leftover": leftover_gpus(state, wl), "sliver_floor_gpus": round(sliver_floor(placed), 2)}
     if mode == "replay":
         rates = [s["allocation_rate"] for s in res.timeline]
         res.extra = {"mean_allocation_rate": round(float(np.mean(rates)), 6), "peak_allocation_rate": round(max(rates), 6)}
