@@ -131,7 +131,7 @@ def ratio_stranding(gpu_total: np.ndarray, cpu_free: np.ndarray, mem_free: np.nd
     return np.maximum(0.0, gpu_total - cpu_free / wl.cpu_per_gpu) + np.maximum(0.0, gpu_total - mem_free / wl.mem_per_gpu)
 
 
-def cluster_fragmentation(state: CapacityState, wl: Workload, measure: str = "paper") -> float:
+def total_fragmentation(state: CapacityState, wl: Workload, measure: str = "paper") -> float:
     """Sum of ``F_n(M)`` over all nodes, in GPUs (not milli)."""
     f = node_fragmentation(state.gpu_free, state.cpu_free, state.mem_free, state.node_model, wl, measure)
     return float(f.sum()) / 1000.0

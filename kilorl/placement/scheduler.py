@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from kilorl.placement.allreduce import AllReduceEstimate, allreduce_estimate
-from kilorl.placement.fragmentation import Workload, cluster_fragmentation
+from kilorl.placement.fragmentation import Workload, total_fragmentation
 from kilorl.placement.policies import check_policy, choose_node, pick_gpus, scorer_for
 from kilorl.placement.requests import GangRequest
 from kilorl.placement.scoring import FragScorer
@@ -204,16 +204,16 @@ def _pick_domain(state: CapacityState, req: GangRequest, allowed: np.ndarray, po
             mask[node] = True
             return mask, None
     leaves = sorted(set(state.leaf[allowed].tolist()))
-    leaf_cap = {int(l): int(cap[state.leaf == l].sum()) for l in leaves}
-    fitting = [l for l, c in leaf_cap.items() if c >= n]
+    leaf_cap = {int(lf): int(cap[state.leaf == lf].sum()) for lf in leaves}
+    fitting = [lf for lf, c in leaf_cap.items() if c >= n]
     if fitting:
-        def key(l: int):
-            p = bool(pref is not None and pref[state.leaf == l].any())
-            return (not p, len(_fewest_nodes(cap, state.leaf == l, n)), leaf_cap[l], l)
+        def key(lf: int):
+            p = bool(pref is not None and pref[state.leaf == lf].any())
+            return (not p, len(_fewest_nodes(cap, state.leaf == lf, n)), leaf_cap[lf], lf)
         if policy == "first-fit":
             chosen = min(fitting)
         elif policy == "spread":
-            chosen = max(fitting, key=lambda l: (leaf_cap[l], -l))
+            chosen = max(fitting, key=lambda lf: (leaf_cap[lf], -lf))
         else:
             chosen = min(fitting, key=key)
         return allowed & (state.leaf == chosen), None
@@ -325,5 +325,5 @@ def place(
         if r.collective:
             devs = [(a.node, g) for a in placed[r.role] for g in a.gpus] or [(a.node, 0) for a in placed[r.role]]
             result.allreduce[r.role] = allreduce_estimate(work.topology, devs, gradient_bytes)
-    result.fragmentation_gpus = cluster_fragmentation(work, wl)
+    result.fragmentation_gpus = total_fragmentation(work, wl)
     return result

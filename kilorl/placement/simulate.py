@@ -270,9 +270,9 @@ def simulate_jobs(topology: Topology, jobs: Sequence[TraceJob], policy: str, *, 
         if k % step == 0 or k == len(events) - 1:
             res.timeline.append({"time": t, "allocation_rate": state.allocation_rate, "failed": res.failed})
     res.final_allocation_rate = state.allocation_rate
-    from kilorl.placement.fragmentation import cluster_fragmentation
+    from kilorl.placement.fragmentation import total_fragmentation
 
-    res.final_fragmentation_gpus = cluster_fragmentation(state, wl)
+    res.final_fragmentation_gpus = total_fragmentation(state, wl)
     res.extra = {"mean_allreduce_ms": round(float(np.mean(ar_costs)) * 1e3, 3) if ar_costs else None,
                  "mean_allocation_rate": round(float(np.mean([s["allocation_rate"] for s in res.timeline])), 6),
                  "peak_allocation_rate": round(max(s["allocation_rate"] for s in res.timeline), 6)}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kilorl.placement import Demand, topology_from_dict
-from kilorl.placement.fragmentation import Workload, cluster_fragmentation, node_fragmentation
+from kilorl.placement.fragmentation import Workload, node_fragmentation, total_fragmentation
 from kilorl.placement.policies import choose_node
 from kilorl.placement.scoring import FragScorer
 from kilorl.placement.state import Allocation, CapacityState
@@ -95,4 +95,4 @@ def test_cached_gradient_follows_the_node_that_changed():
     fresh = FragScorer(wl, "paper")
     fresh.refresh(state)
     np.testing.assert_array_equal(fresh.gradient(state, ask, everywhere)[0], delta)
-    assert cluster_fragmentation(state, wl) == pytest.approx(0.4)
+    assert total_fragmentation(state, wl) == pytest.approx(0.4)

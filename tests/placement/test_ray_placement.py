@@ -37,7 +37,8 @@ def test_bundle_specs_pin_every_instance():
     specs = placement_group_specs(p)
     learner = specs["learner"]
     assert learner.nodes == ["n0000", "n0000"]
-    assert learner.bundles[0] == {node_resource("n0000"): 0.001, "CPU": 0.5, "GPU": 1.0, "memory": 103.0 * 1024**2}  # 0.1 GiB rounded up to MiB
+    # 0.1 GiB rounded up to MiB
+    assert learner.bundles[0] == {node_resource("n0000"): 0.001, "CPU": 0.5, "GPU": 1.0, "memory": 103.0 * 1024**2}
     assert specs["actor"].nodes == ["n0001", "n0001"] and specs["actor"].bundles[0]["GPU"] == 0.5
     assert specs["ps"].nodes == ["n0000"] and "GPU" not in specs["ps"].bundles[0]
     assert ray_node_resources(p.state.topology)["n0001"] == {"kilorl_node_n0001": 1000.0}
@@ -50,7 +51,7 @@ def ray_cluster():
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": 80 << 20})
     try:
-        for name, res in ray_node_resources(topology_from_dict(TWO_NODES)).items():
+        for _name, res in ray_node_resources(topology_from_dict(TWO_NODES)).items():
             cluster.add_node(num_cpus=2, num_gpus=2, memory=1 << 30, object_store_memory=80 << 20, resources=res)
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
@@ -92,7 +93,6 @@ def test_placement_groups_land_on_planned_nodes(ray_cluster):
 
 @pytest.mark.slow
 def test_unreservable_placement_leaves_nothing_reserved(ray_cluster):
-    ray = ray_cluster
     from ray.util import placement_group_table
 
     # The plan believes n0001 has 4 GPUs; its raylet has 2, so the actor group cannot be reserved.

@@ -17,7 +17,7 @@ from kilorl.placement import (
     uniform_topology,
 )
 from kilorl.placement.allreduce import allreduce_estimate
-from kilorl.placement.fragmentation import Workload, cluster_fragmentation
+from kilorl.placement.fragmentation import Workload, total_fragmentation
 from kilorl.placement.policies import POLICIES
 
 ALL = list(POLICIES)
@@ -156,7 +156,8 @@ def test_reference_layout_on_1024_gpus(repo):
     ]
     p = place(state, reqs, "binpack-topo")
     s = p.role_summary("learner")
-    assert len(s["nodes"]) == 4 and len(s["leaves"]) == 1
+    # 32 learners on 4 nodes x 8 GPUs: each node's NVSwitch island full, all under one leaf.
+    assert len(s["nodes"]) == 4 and len(s["leaves"]) == 1 and s["islands"] == 4
     assert set(p.role_summary("parameter_server")["nodes"]) <= set(s["nodes"])
     assert p.allocation_rate == pytest.approx((32 + 40) / 1024)
     spread = place(state, reqs, "spread")
@@ -186,11 +187,11 @@ def test_fgd_fragmentation_by_hand(small_topology_dict):
     whole2 = Demand.of(2, 1, 1)
     wl = Workload.of([half, whole2], state.model_names)  # 50 / 50
     # half: devices with < 500 free are stranded -> 300; two whole GPUs: partial devices -> 900.
-    assert cluster_fragmentation(state, wl) == pytest.approx(0.5 * 0.3 + 0.5 * 0.9)
+    assert total_fragmentation(state, wl) == pytest.approx(0.5 * 0.3 + 0.5 * 0.9)
     # A task that cannot fit at all (CPU) makes all free share fragmented.
     big_cpu = Demand.of(0.5, 64, 1)
     wl2 = Workload.of([big_cpu], state.model_names)
-    assert cluster_fragmentation(state, wl2) == pytest.approx(2.9)
+    assert total_fragmentation(state, wl2) == pytest.approx(2.9)
 
 
 def test_demand_validation():
