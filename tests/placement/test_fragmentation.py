@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kilorl.placement import Demand, topology_from_dict
-from kilorl.placement.fragmentation import Workload, node_fragmentation, total_fragmentation
+from kilorl.placement.fragmentation import Workload, leftover_gpus, node_fragmentation, sliver_floor, total_fragmentation
 from kilorl.placement.policies import choose_node
 from kilorl.placement.scoring import FragScorer
 from kilorl.placement.state import Allocation, CapacityState
@@ -96,3 +96,26 @@ def test_cached_gradient_follows_the_node_that_changed():
     fresh.refresh(state)
     np.testing.assert_array_equal(fresh.gradient(state, ask, everywhere)[0], delta)
     assert total_fragmentation(state, wl) == pytest.approx(0.4)
+
+
+def test_sliver_floor_by_hand():
+    def shared(milli: int) -> Demand:
+        return Demand(1, milli, 1000, 1024)
+
+    # 810-milli pods: 3 x 190 idle, less the one 160-milli pod that can join them: 410.
+    # 650-milli pods: 2 x 350, less the 160 and the 320 that fit beside them: 220.
+    placed = {shared(810): 3, shared(160): 1, shared(650): 2, shared(320): 1, WHOLE: 4}
+    assert sliver_floor(placed) == pytest.approx(0.41)
+    assert sliver_floor({shared(400): 5, WHOLE: 1}) == 0.0
+
+
+def test_leftover_gpus_says_which_tasks_could_use_the_idle_share():
+    state = two_gpu_nodes(3)
+    state.allocate(Allocation("big", 0, 1, (0, 1), 905, 0, 0))  # node 1: [95, 95] free
+    state.allocate(Allocation("cpu", 0, 2, (), 0, 4000, 0))  # node 2: GPUs free, no CPU left
+    wl = Workload.of([Demand(1, 810, 1000, 1024)] * 99 + [Demand(1, 50, 1000, 1024)], state.model_names)
+    lo = leftover_gpus(state, wl)
+    # Node 0 (2 GPUs) takes anything; node 1's 0.19 only the 1% of tasks asking 50 milli;
+    # on node 2 nothing fits, though by GPU alone everything would.
+    assert lo == {"free": 4.19, "no_task_fits": 2.0, "cpu_or_memory_short": 2.0, "only_rare_tasks_fit": 0.19,
+                  "common_tasks_fit": 2.0}
