@@ -58,7 +58,7 @@ def explain(placement: Any, requests: list) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from kilorl.config import ConfigError, load_config
-    from kilorl.placement import ClusterState, PlacementError, TopologyError, load_topology, place, uniform_topology
+    from kilorl.placement import CapacityState, PlacementError, TopologyError, load_topology, place, uniform_topology
     from kilorl.placement.policies import POLICIES
 
     try:
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     requests = requests_from_config(cfg)
-    state = ClusterState(topo)
+    state = CapacityState(topo)
     policies = [args.policy] + ([p for p in POLICIES if p != args.policy] if args.compare else [])
     results: dict[str, Any] = {}
     for pol in policies:

@@ -21,17 +21,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sim.add_argument("--synthetic-jobs", type=int, metavar="N", help="simulate N synthetic RL jobs on --cluster")
     sim.add_argument("--seed", type=int, default=0, help="seed of the synthetic job mix")
     sim.add_argument("--interarrival-s", type=float, default=30.0, help="mean seconds between synthetic jobs")
-    sim.add_argument("--policy", default="all", help="binpack-topo, first-fit, spread, pack, or all (default)")
-    sim.add_argument("--mode", default="fill", choices=("fill", "replay"),
-                     help="fill: arrivals only until --target-load (FGD method, default); replay: arrivals and departures")
+    sim.add_argument("--policy", default="all", help="binpack-topo, fgd, first-fit, spread, pack, or all (default)")
+    sim.add_argument("--mode", default="fill", choices=("fill", "replay", "queue"),
+                     help="fill: arrivals only until --target-load, misfits dropped (FGD method, default); "
+                          "replay: recorded arrivals and departures; queue: a backlog of --target-load x capacity "
+                          "that waits for room and runs for the recorded durations")
+    sim.add_argument("--discipline", default="fifo", choices=("fifo", "backfill"),
+                     help="queue mode: strict arrival order, or start any pod that fits (default fifo)")
     sim.add_argument("--target-load", type=float, default=1.3,
-                     help="fill mode: stop once arrived GPU demand is this x capacity (default 1.3)")
+                     help="fill and queue modes: GPU share submitted, x capacity (default 1.3)")
     sim.add_argument("--limit", type=int, help="use only the first N pods of the trace")
     sim.add_argument("--json", action="store_true", help="print JSON (with the allocation timeline)")
 
 
 def _table(results: list[Any]) -> str:
-    head = f"{'policy':<14}{'arrived':>8}{'placed':>8}{'failed':>8}{'alloc@sat':>10}{'alloc end':>10}{'unalloc GPU':>12}{'frag GPU':>10}{'p50 us':>9}{'p99 us':>9}"
+    if results and results[0].mode == "queue":
+        return _queue_table(results)
+    head = (f"{'policy':<14}{'arrived':>8}{'placed':>8}{'failed':>8}{'alloc@sat':>10}{'alloc end':>10}"
+            f"{'unalloc GPU':>12}{'frag GPU':>10}{'p50 us':>9}{'p99 us':>9}")
     rows = [head]
     for r in results:
         d = r.to_dict()
@@ -39,6 +46,17 @@ def _table(results: list[Any]) -> str:
         rows.append(f"{r.policy:<14}{d['arrived']:>8}{d['placed']:>8}{d['failed']:>8}"
                     f"{(f'{sat:.2%}' if sat is not None else '-'):>10}{d['final_allocation_rate']:>10.2%}"
                     f"{d['unallocated_gpus']:>12.1f}{d['final_fragmentation_gpus']:>10.1f}"
+                    f"{d['latency_us_p50']:>9.0f}{d['latency_us_p99']:>9.0f}")
+    return "\n".join(rows)
+
+
+def _queue_table(results: list[Any]) -> str:
+    rows = [f"{'policy':<14}{'pods':>7}{'delay p50 s':>12}{'delay p99 s':>12}{'drained s':>10}{'makespan s':>12}"
+            f"{'alloc until drained':>20}{'p50 us':>9}{'p99 us':>9}"]
+    for r in results:
+        d, x = r.to_dict(), r.extra
+        rows.append(f"{r.policy:<14}{d['arrived']:>7}{x['delay_s_p50']:>12.0f}{x['delay_s_p99']:>12.0f}{x['drain_s']:>10.0f}"
+                    f"{x['makespan_s']:>12.0f}{x['mean_allocation_rate_until_drained']:>20.2%}"
                     f"{d['latency_us_p50']:>9.0f}{d['latency_us_p99']:>9.0f}")
     return "\n".join(rows)
 
@@ -66,8 +84,11 @@ def run(args: argparse.Namespace) -> int:
                 pods = pods[: args.limit]
             if args.target_load <= 0:
                 raise ValueError("--target-load must be > 0")
-            results = [simulate(topo, pods, p, mode=args.mode, target_load=args.target_load) for p in policies]
+            results = [simulate(topo, pods, p, mode=args.mode, target_load=args.target_load, discipline=args.discipline)
+                       for p in policies]
             source = f"{args.nodes} + {args.trace} ({len(pods)} pods), mode {args.mode}"
+            if args.mode == "queue":
+                source += f" ({args.discipline})"
         elif args.cluster and args.synthetic_jobs:
             topo = load_topology(args.cluster)
             jobs = rl_job_mix(args.synthetic_jobs, seed=args.seed, mean_interarrival_s=args.interarrival_s)
@@ -85,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"trace     {source}")
     print(_table(results))
     for r in results:
-        if r.extra:
+        if r.extra and r.mode != "queue":
             print(f"{r.policy:<14}" + ", ".join(f"{k} {v}" for k, v in r.extra.items()))
     if results and results[0].mode == "fill":
         print("alloc@sat: mean GPU allocation rate once arrived GPU demand >= 100% of capacity (saturated)")

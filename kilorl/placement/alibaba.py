@@ -43,8 +43,7 @@ def _rows(path: Path, required: tuple[str, ...]):
         missing = [c for c in required if c not in (reader.fieldnames or [])]
         if missing:
             raise TraceError(f"{path}: missing column(s) {', '.join(missing)}; header is {reader.fieldnames}")
-        for line, row in enumerate(reader, start=2):
-            yield line, row
+        yield from enumerate(reader, start=2)
 
 
 def _int(path: Path, line: int, row: dict, col: str, default: int | None = None) -> int:

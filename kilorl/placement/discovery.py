@@ -233,9 +233,11 @@ def render(host: HostTopology) -> str:
             lines.append(f"probe     GPU copies {gc['status']}")
         else:
             for d in gc["devices"]:
-                lines.append(f"probe     gpu{d['index']}: H2D {d['h2d_gbps']} GB/s, D2H {d['d2h_gbps']} GB/s, D2D {d['d2d_gbps']} GB/s")
+                lines.append(f"probe     gpu{d['index']}: H2D {d['h2d_gbps']} GB/s, D2H {d['d2h_gbps']} GB/s, "
+                             f"D2D {d['d2d_gbps']} GB/s")
             for p in gc["peer"]:
-                lines.append(f"probe     gpu{p['src']}->gpu{p['dst']}: {p['gbps']} GB/s (p2p {'on' if p['p2p_access'] else 'off'})")
+                p2p = "on" if p["p2p_access"] else "off"
+                lines.append(f"probe     gpu{p['src']}->gpu{p['dst']}: {p['gbps']} GB/s (p2p {p2p})")
             if gc.get("peer_status"):
                 lines.append(f"probe     peer copies {gc['peer_status']}")
     return "\n".join(lines)

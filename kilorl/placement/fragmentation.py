@@ -1,16 +1,22 @@
 """GPU fragmentation as defined by FGD (Weng et al., USENIX ATC'23).
 
 For a target workload M (task types m with popularity p_m), the fragmentation of a node n is
-``F_n(M) = sum_m p_m * F_n(m)``, in GPU shares, where ``F_n(m)`` is the free GPU share on n
+``F_n(M) = sum_m p_m * F_n(m)``, in GPU milli, where ``F_n(m)`` is the free GPU share on n
 that task m cannot use:
 
-- m does not fit on n at all (CPU, memory, GPU model or GPU share): all free GPU share of n;
+- m does not fit on n at all (CPU, GPU model, GPU share; memory too unless the measure
+  ignores it): all free GPU share of n;
 - m is a shared-GPU task (< 1 device): the free share of the devices with less free than m asks;
 - m takes whole devices: the free share of partially used devices;
-- m is CPU-only and fits: 0.
+- m is CPU-only: all free GPU share of n in the paper's measure (a CPU task uses no GPU),
+  0 if it fits in the ``strand`` measure (which only charges GPUs stranded by a lack of CPU).
 
-The cluster's fragmentation is the sum over nodes. ``binpack-topo`` places a task where it
-*increases* that sum the least (the "fragmentation gradient").
+The cluster's fragmentation is the sum over nodes. ``fgd`` and ``binpack-topo`` place a task
+where it *increases* that sum the least (the "fragmentation gradient").
+
+Computed by thresholds: a task type needs devices with at least ``need`` milli free, and the
+trace has few distinct ``need`` values (about 20), so the per-device work is ``[rows, devices,
+thresholds]`` and only the CPU/memory test is per type.
 """
 
 from __future__ import annotations
@@ -22,7 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from kilorl.placement.requests import Demand
-from kilorl.placement.state import ClusterState
+from kilorl.placement.state import CapacityState
+
+MEASURES: tuple[str, ...] = ("paper", "strand")
+"""``paper``: the FGD artifact's measure (CPU and GPU only; CPU-only tasks see every free GPU
+as a fragment). ``strand``: memory counts too, CPU-only tasks that fit add nothing."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +46,14 @@ class Workload:
     model_mask: np.ndarray
     """[types, models] bool: which GPU models a type accepts."""
     prob: np.ndarray
+    thresholds: np.ndarray
+    """Distinct free share (milli) a device must have for some GPU type to use it."""
+    threshold_of: np.ndarray
+    """Per type: index into ``thresholds`` (-1 for CPU-only types)."""
+    cpu_per_gpu: float
+    """CPU milli the workload asks per GPU milli (all tasks, CPU-only ones included; inf without GPUs)."""
+    mem_per_gpu: float
+    """Memory MiB the workload asks per GPU milli."""
 
     @classmethod
     def of(cls, demands: Iterable[Demand], model_names: list[str], max_types: int | None = None) -> Workload:
@@ -50,36 +68,119 @@ class Workload:
         for t, d in enumerate(types):
             if d.gpu_models is not None and d.num_gpus:
                 mask[t] = [m in d.gpu_models for m in model_names] or [False]
+        num_gpus = np.array([d.num_gpus for d in types], dtype=np.int64)
+        need = np.array([0 if d.num_gpus == 0 else (d.gpu_milli if d.shared else 1000) for d in types], dtype=np.int64)
+        thresholds = np.unique(need[num_gpus > 0])
+        gpu = sum(c * d.total_gpu_milli for d, c in common)
+
+        def per_gpu(x: float) -> float:
+            return x / gpu if gpu else float("inf")
+
         return cls(
-            num_gpus=np.array([d.num_gpus for d in types], dtype=np.int64),
+            num_gpus=num_gpus,
             gpu_milli=np.array([d.gpu_milli for d in types], dtype=np.int64),
             cpu_milli=np.array([d.cpu_milli for d in types], dtype=np.int64),
             mem_mib=np.array([d.mem_mib for d in types], dtype=np.int64),
             model_mask=mask,
             prob=weights / weights.sum(),
+            thresholds=thresholds,
+            threshold_of=np.where(num_gpus > 0, np.searchsorted(thresholds, need), -1),
+            cpu_per_gpu=per_gpu(sum(c * d.cpu_milli for d, c in common)),
+            mem_per_gpu=per_gpu(sum(c * d.mem_mib for d, c in common)),
         )
 
 
 def node_fragmentation(
-    gpu_free: np.ndarray, cpu_free: np.ndarray, mem_free: np.ndarray, node_model: np.ndarray, wl: Workload
+    gpu_free: np.ndarray, cpu_free: np.ndarray, mem_free: np.ndarray, node_model: np.ndarray, wl: Workload,
+    measure: str = "paper",
 ) -> np.ndarray:
     """``F_n(M)`` in GPU milli for each row (node) of the given arrays."""
-    free = np.clip(gpu_free, 0, None).astype(np.int64)  # [R, G]
+    free = np.maximum(gpu_free, 0).astype(np.int64)  # [R, G]
     total = free.sum(axis=1)  # [R]
-    ok = (cpu_free[:, None] >= wl.cpu_milli[None, :]) & (mem_free[:, None] >= wl.mem_mib[None, :])
-    has_gpu = node_model >= 0
-    model_ok = np.where(has_gpu[:, None], wl.model_mask[:, np.clip(node_model, 0, None)].T, wl.num_gpus[None, :] == 0)
-    ok &= model_ok | (wl.num_gpus[None, :] == 0)
-    shared = (wl.num_gpus == 1) & (wl.gpu_milli < 1000)
-    # Per type: the share each device must have free, and the count of such devices needed.
-    need = np.where(wl.num_gpus == 0, 0, np.where(shared, wl.gpu_milli, 1000))  # [T]
-    usable = free[:, :, None] >= need[None, None, :]  # [R, G, T]
-    gpu_fit = usable.sum(axis=1) >= wl.num_gpus[None, :]  # [R, T]
-    stranded = (free[:, :, None] * ~usable).sum(axis=1)  # [R, T] free share on devices too small
-    frag = np.where(ok & gpu_fit, np.where(wl.num_gpus[None, :] == 0, 0, stranded), total[:, None])
-    return frag @ wl.prob
+    out = np.zeros(len(free))
+    gpu_t = wl.num_gpus > 0
+    if gpu_t.any():
+        thr = wl.thresholds
+        usable = free[:, :, None] >= thr[None, None, :]  # [R, G, S]
+        count = usable.sum(axis=1)  # [R, S] devices a type of threshold s can use
+        stranded = (free[:, :, None] * ~usable).sum(axis=1)  # [R, S] free share on devices too small
+        s = wl.threshold_of[gpu_t]
+        ok = (count[:, s] >= wl.num_gpus[gpu_t][None, :]) & (cpu_free[:, None] >= wl.cpu_milli[gpu_t][None, :])
+        if measure == "strand":
+            ok &= mem_free[:, None] >= wl.mem_mib[gpu_t][None, :]
+        ok &= wl.model_mask[gpu_t][:, np.clip(node_model, 0, None)].T
+        out += np.where(ok, stranded[:, s], total[:, None]) @ wl.prob[gpu_t]
+    cpu_t = ~gpu_t
+    if cpu_t.any():
+        if measure == "paper":
+            out += total * wl.prob[cpu_t].sum()
+        else:
+            fits = (cpu_free[:, None] >= wl.cpu_milli[cpu_t][None, :]) & (mem_free[:, None] >= wl.mem_mib[cpu_t][None, :])
+            out += np.where(fits, 0, total[:, None]) @ wl.prob[cpu_t]
+    return out
 
 
-def cluster_fragmentation(state: ClusterState, wl: Workload) -> float:
+def ratio_stranding(gpu_total: np.ndarray, cpu_free: np.ndarray, mem_free: np.ndarray, wl: Workload) -> np.ndarray:
+    """GPU milli per node that the workload, at its average CPU and memory per GPU, cannot reach.
+
+    A fluid view of the same loss ``F_n(M)`` counts only once it happens: a node whose free
+    CPU (or memory) is short of what its free GPUs will draw at the workload's ratio strands
+    the difference. ``binpack-topo`` descends the sum of both, so it keeps CPU-rich nodes for
+    CPU-heavy tasks before the CPU runs out rather than after.
+    """
+    return np.maximum(0.0, gpu_total - cpu_free / wl.cpu_per_gpu) + np.maximum(0.0, gpu_total - mem_free / wl.mem_per_gpu)
+
+
+def total_fragmentation(state: CapacityState, wl: Workload, measure: str = "paper") -> float:
     """Sum of ``F_n(M)`` over all nodes, in GPUs (not milli)."""
-    return float(node_fragmentation(state.gpu_free, state.cpu_free, state.mem_free, state.node_model, wl).sum()) / 1000.0
+    f = node_fragmentation(state.gpu_free, state.cpu_free, state.mem_free, state.node_model, wl, measure)
+    return float(f.sum()) / 1000.0
+
+
+RARE = 0.05
+"""``leftover_gpus``: a node where fewer than this share of the workload's tasks fit is 'rare'."""
+
+
+def leftover_gpus(state: CapacityState, wl: Workload) -> dict[str, float]:
+    """Where the free GPU share sits, by how much of the workload can still use it (GPUs).
+
+    Per node: the share ``p_fit`` of the workload's GPU tasks (by count) that fit there now
+    (CPU-only tasks do not count: they cannot use a free GPU).
+    ``no_task_fits`` (of which ``cpu_or_memory_short``: some task would fit by GPU alone),
+    ``only_rare_tasks_fit`` (0 < p_fit < ``RARE``), ``common_tasks_fit``.
+    """
+    n = len(state.cpu_free)
+    p_fit, gpu_fit = np.zeros(n), np.zeros(n, dtype=bool)
+    gpu_types = np.flatnonzero(wl.num_gpus > 0)
+    weight = wl.prob[gpu_types] / max(wl.prob[gpu_types].sum(), 1e-12)
+    model = np.clip(state.node_model, 0, None)
+    for t, w in zip(gpu_types, weight, strict=True):
+        d = Demand(int(wl.num_gpus[t]), int(wl.gpu_milli[t]), int(wl.cpu_milli[t]), int(wl.mem_mib[t]))
+        on_model = wl.model_mask[t][model] & (state.node_model >= 0)
+        p_fit += w * (state.fits(d) & on_model)
+        gpu_fit |= state.fits(Demand(d.num_gpus, d.gpu_milli, 0, 0)) & on_model
+    free = state.gpu_total / 1000.0
+    none = p_fit <= 1e-12
+    return {
+        "free": round(float(free.sum()), 2),
+        "no_task_fits": round(float(free[none].sum()), 2),
+        "cpu_or_memory_short": round(float(free[none & gpu_fit].sum()), 2),
+        "only_rare_tasks_fit": round(float(free[~none & (p_fit < RARE)].sum()), 2),
+        "common_tasks_fit": round(float(free[p_fit >= RARE].sum()), 2),
+    }
+
+
+def sliver_floor(placed: dict[Demand, int]) -> float:
+    """GPUs that must stay idle given the placed pods, from slivers only smaller tasks can fill.
+
+    A device holding a shared pod of s > 500 milli keeps 1000 - s free unless pods of at most
+    1000 - s milli join it; so, for each such s, at least ``n_s * (1000 - s)`` minus the share
+    of all placed pods small enough stays idle. The largest of these bounds, in GPUs.
+    """
+    best = 0.0
+    for d, n in placed.items():
+        if d.shared and d.gpu_milli > 500:
+            room = 1000 - d.gpu_milli
+            fill = sum(c * e.gpu_milli for e, c in placed.items() if e.shared and e.gpu_milli <= room)
+            best = max(best, (n * room - fill) / 1000.0)
+    return best

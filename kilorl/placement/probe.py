@@ -102,10 +102,10 @@ def gpu_copy_gbps(nbytes: int = 256 << 20, repeats: int = 5) -> dict[str, Any]:
             bufs[i] = (a, b)
             out["devices"].append({
                 "index": i,
-                "h2d_gbps": drv.timed(lambda: drv.call("cuMemcpyHtoD_v2", a, host, size), nbytes, repeats),
-                "d2h_gbps": drv.timed(lambda: drv.call("cuMemcpyDtoH_v2", host, a, size), nbytes, repeats),
+                "h2d_gbps": drv.timed(lambda a=a: drv.call("cuMemcpyHtoD_v2", a, host, size), nbytes, repeats),
+                "d2h_gbps": drv.timed(lambda a=a: drv.call("cuMemcpyDtoH_v2", host, a, size), nbytes, repeats),
                 # A device-to-device copy reads and writes: count both directions.
-                "d2d_gbps": 2 * drv.timed(lambda: drv.call("cuMemcpyDtoD_v2", b, a, size), nbytes, repeats),
+                "d2d_gbps": 2 * drv.timed(lambda a=a, b=b: drv.call("cuMemcpyDtoD_v2", b, a, size), nbytes, repeats),
             })
         for i in range(n):
             for j in range(n):
@@ -124,7 +124,10 @@ def gpu_copy_gbps(nbytes: int = 256 << 20, repeats: int = 5) -> dict[str, Any]:
                         if "ALREADY" not in str(err).upper():
                             raise
                 src, dst = bufs[i][0], bufs[j][1]
-                gbps = drv.timed(lambda: drv.call("cuMemcpyPeer", dst, ctxs[j], src, ctxs[i], size), nbytes, repeats)
+                def copy(src=src, dst=dst, i=i, j=j) -> None:
+                    drv.call("cuMemcpyPeer", dst, ctxs[j], src, ctxs[i], size)
+
+                gbps = drv.timed(copy, nbytes, repeats)
                 out["peer"].append({"src": i, "dst": j, "p2p_access": bool(can.value), "gbps": gbps})
         if n == 1:
             out["peer_status"] = "skipped: one GPU, no peer to copy to"

@@ -20,10 +20,11 @@ from typing import Any
 import numpy as np
 
 from kilorl.placement.allreduce import AllReduceEstimate, allreduce_estimate
-from kilorl.placement.fragmentation import Workload, cluster_fragmentation
-from kilorl.placement.policies import GPU_CHOICE, FragCache, check_policy, choose_node
+from kilorl.placement.fragmentation import Workload, total_fragmentation
+from kilorl.placement.policies import check_policy, choose_node, pick_gpus, scorer_for
 from kilorl.placement.requests import GangRequest
-from kilorl.placement.state import Allocation, ClusterState
+from kilorl.placement.scoring import FragScorer
+from kilorl.placement.state import Allocation, CapacityState
 
 
 class PlacementError(RuntimeError):
@@ -41,7 +42,7 @@ class Placement:
 
     policy: str
     allocations: list[Allocation]
-    state: ClusterState
+    state: CapacityState
     """The cluster after placement (the input state is not modified)."""
     seconds: float
     """Wall time of the placement decision."""
@@ -119,7 +120,7 @@ def _order(requests: Sequence[GangRequest], policy: str) -> list[GangRequest]:
     return out
 
 
-def _islands(state: ClusterState, allowed: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
+def _islands(state: CapacityState, allowed: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
     """(node, island id, device mask) of every NVLink island on the allowed nodes."""
     out = []
     width = state.gpu_free.shape[1]
@@ -131,7 +132,7 @@ def _islands(state: ClusterState, allowed: np.ndarray) -> list[tuple[int, int, n
     return out
 
 
-def _island_capacity(state: ClusterState, d, node: int, gmask: np.ndarray) -> int:
+def _island_capacity(state: CapacityState, d, node: int, gmask: np.ndarray) -> int:
     """Instances of ``d`` that fit on the devices ``gmask`` of ``node`` (CPU/memory of the node)."""
     free = np.where(gmask, state.gpu_free[node], -1)
     if d.shared:
@@ -167,7 +168,7 @@ def _fewest_nodes(cap: np.ndarray, mask: np.ndarray, n: int) -> dict[int, int]:
     return plan if left <= 0 else {}
 
 
-def _pick_domain(state: ClusterState, req: GangRequest, allowed: np.ndarray, policy: str, pref: np.ndarray | None,
+def _pick_domain(state: CapacityState, req: GangRequest, allowed: np.ndarray, policy: str, pref: np.ndarray | None,
                  want_island: bool, want_leaf: bool, island_required: bool, leaf_required: bool):
     """Returns (node mask, gpu mask or None) of the domain the gang goes to, or None if no domain fits."""
     d, n = req.demand, req.count
@@ -203,16 +204,16 @@ def _pick_domain(state: ClusterState, req: GangRequest, allowed: np.ndarray, pol
             mask[node] = True
             return mask, None
     leaves = sorted(set(state.leaf[allowed].tolist()))
-    leaf_cap = {int(l): int(cap[state.leaf == l].sum()) for l in leaves}
-    fitting = [l for l, c in leaf_cap.items() if c >= n]
+    leaf_cap = {int(lf): int(cap[state.leaf == lf].sum()) for lf in leaves}
+    fitting = [lf for lf, c in leaf_cap.items() if c >= n]
     if fitting:
-        def key(l: int):
-            p = bool(pref is not None and pref[state.leaf == l].any())
-            return (not p, len(_fewest_nodes(cap, state.leaf == l, n)), leaf_cap[l], l)
+        def key(lf: int):
+            p = bool(pref is not None and pref[state.leaf == lf].any())
+            return (not p, len(_fewest_nodes(cap, state.leaf == lf, n)), leaf_cap[lf], lf)
         if policy == "first-fit":
             chosen = min(fitting)
         elif policy == "spread":
-            chosen = max(fitting, key=lambda l: (leaf_cap[l], -l))
+            chosen = max(fitting, key=lambda lf: (leaf_cap[lf], -lf))
         else:
             chosen = min(fitting, key=key)
         return allowed & (state.leaf == chosen), None
@@ -221,8 +222,8 @@ def _pick_domain(state: ClusterState, req: GangRequest, allowed: np.ndarray, pol
     return allowed, None
 
 
-def _place_gang(state: ClusterState, req: GangRequest, policy: str, placed: dict[str, list[Allocation]],
-                cache: FragCache | None) -> list[Allocation]:
+def _place_gang(state: CapacityState, req: GangRequest, policy: str, placed: dict[str, list[Allocation]],
+                cache: FragScorer | None) -> list[Allocation]:
     d = req.demand
     allowed = np.ones(len(state.cpu_free), dtype=bool)
     pref = None
@@ -273,18 +274,18 @@ def _place_gang(state: ClusterState, req: GangRequest, policy: str, placed: dict
             quota[node] -= 1
             if not quota[node]:
                 del quota[node]
-            gpus = state.choose_gpus(node, d, GPU_CHOICE[policy])
+            gpus = pick_gpus(policy, state, node, d)
         elif gpu_mask is not None:
             # Instances confined to one island: only that node, only those devices.
             node = int(np.flatnonzero(node_mask)[0])
-            gpus = state.choose_gpus(node, d, GPU_CHOICE[policy], gpu_mask=gpu_mask)
+            gpus = pick_gpus(policy, state, node, d, gpu_mask=gpu_mask)
         else:
-            node = choose_node(policy, state, d, mask, used=used, preferred=pref, cache=cache, balance=balance)
+            node, device = choose_node(policy, state, d, mask, used=used, preferred=pref, cache=cache, balance=balance)
             if node < 0:
                 raise PlacementError(req.role, f"instance {i + 1} of {req.count} fits nowhere "
                                      f"(needs {d.total_gpu_milli / 1000:g} GPU, {d.cpu_milli / 1000:g} CPU, "
                                      f"{d.mem_mib / 1024:g} GiB)")
-            gpus = state.choose_gpus(node, d, GPU_CHOICE[policy])
+            gpus = pick_gpus(policy, state, node, d, device)
         a = Allocation(req.role, i, node, gpus, d.gpu_milli if d.num_gpus else 0, d.cpu_milli, d.mem_mib)
         state.allocate(a)
         if cache is not None:
@@ -297,7 +298,7 @@ def _place_gang(state: ClusterState, req: GangRequest, policy: str, placed: dict
 
 
 def place(
-    state: ClusterState,
+    state: CapacityState,
     requests: Sequence[GangRequest],
     policy: str = "binpack-topo",
     *,
@@ -309,7 +310,7 @@ def place(
     t0 = time.perf_counter()
     work = state.copy()
     wl = workload or Workload.of([r.demand for r in requests for _ in range(r.count)], work.model_names)
-    cache = FragCache(wl) if policy == "binpack-topo" else None
+    cache = scorer_for(policy, wl)
     if cache is not None:
         cache.refresh(work)
     placed: dict[str, list[Allocation]] = {}
@@ -324,5 +325,5 @@ def place(
         if r.collective:
             devs = [(a.node, g) for a in placed[r.role] for g in a.gpus] or [(a.node, 0) for a in placed[r.role]]
             result.allreduce[r.role] = allreduce_estimate(work.topology, devs, gradient_bytes)
-    result.fragmentation_gpus = cluster_fragmentation(work, wl)
+    result.fragmentation_gpus = total_fragmentation(work, wl)
     return result

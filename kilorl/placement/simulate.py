@@ -8,11 +8,14 @@ Two modes:
   The cluster is **saturated** once arrived GPU demand reaches 100% of its GPU capacity;
   beyond that only fragmentation keeps GPUs idle.
 - ``replay``: arrivals at ``creation_time``, departures at ``deletion_time``, as recorded.
+- ``queue``: arrivals compressed in time to a target offered load; pods that do not fit
+  wait (``fifo`` or ``backfill``) and run for their recorded duration (``queueing``).
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,12 +23,15 @@ from typing import Any
 import numpy as np
 
 from kilorl.placement.alibaba import TracePod
-from kilorl.placement.fragmentation import Workload
-from kilorl.placement.policies import GPU_CHOICE, FragCache, check_policy, choose_node
-from kilorl.placement.requests import GangRequest
-from kilorl.placement.state import Allocation, ClusterState
+from kilorl.placement.fragmentation import Workload, leftover_gpus, sliver_floor
+from kilorl.placement.policies import check_policy, choose_node, pick_gpus, scorer_for
+from kilorl.placement.queueing import QueueSimulation
+from kilorl.placement.requests import Demand, GangRequest
+from kilorl.placement.scoring import FragScorer
+from kilorl.placement.state import Allocation, CapacityState
 from kilorl.placement.topology import Topology
 
+MODES: tuple[str, ...] = ("fill", "replay", "queue")
 CHECKPOINT_STEP = 0.05
 """``fill`` records a sample every time another 5% of the GPU capacity has arrived."""
 
@@ -46,6 +52,9 @@ class SimResult:
     timeline: list[dict[str, float]] = field(default_factory=list)
     """Samples: arrived load or time, allocation rate, fragmentation."""
     latencies_us: list[float] = field(default_factory=list)
+    """Wall time of each placement decision."""
+    cpu_us: list[float] = field(default_factory=list)
+    """CPU time of the same decisions (the figure that survives a loaded machine)."""
     final_allocation_rate: float = 0.0
     final_fragmentation_gpus: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
@@ -62,46 +71,77 @@ class SimResult:
 
     def to_dict(self) -> dict[str, Any]:
         lat = np.array(self.latencies_us) if self.latencies_us else np.zeros(1)
+        cpu = np.array(self.cpu_us) if self.cpu_us else np.zeros(1)
+        sat = self.saturated_allocation_rate()
         return {
             "policy": self.policy, "mode": self.mode, "gpus": self.gpus, "arrived": self.arrived,
             "placed": self.placed, "failed": self.failed, "failed_gpu": round(self.failed_gpu, 3),
             "final_allocation_rate": round(self.final_allocation_rate, 6),
-            "saturated_allocation_rate": None if self.saturated_allocation_rate() is None else round(self.saturated_allocation_rate(), 6),
+            "saturated_allocation_rate": None if sat is None else round(sat, 6),
             "unallocated_gpus": round(self.unallocated_gpus, 2),
             "final_fragmentation_gpus": round(self.final_fragmentation_gpus, 2),
             "latency_us_p50": round(float(np.percentile(lat, 50)), 1),
             "latency_us_p99": round(float(np.percentile(lat, 99)), 1),
+            "cpu_us_p50": round(float(np.percentile(cpu, 50)), 1),
+            "cpu_us_p99": round(float(np.percentile(cpu, 99)), 1),
             **self.extra,
             "rejected": self.rejected,
             "timeline": self.timeline,
         }
 
 
+def fill_sequence(pods: Sequence[TracePod], capacity_milli: int, target_load: float) -> list[TracePod]:
+    """The trace, submitted again and again, until the GPU share asked reaches ``target_load`` x capacity."""
+    if target_load <= 0:
+        raise ValueError(f"target_load must be > 0 (got {target_load})")
+    if sum(p.demand.total_gpu_milli for p in pods) == 0:
+        raise ValueError("fill and queue modes need pods that ask for GPUs")
+    out, asked, k = [], 0, 0
+    while asked < target_load * capacity_milli:
+        pod = pods[k % len(pods)]
+        out.append(pod)
+        asked += pod.demand.total_gpu_milli
+        k += 1
+    return out
+
+
 class PodScheduler:
     """One pod at a time onto one node (the trace's pods never span nodes)."""
 
-    def __init__(self, state: ClusterState, policy: str, workload: Workload) -> None:
+    def __init__(self, state: CapacityState, policy: str, workload: Workload) -> None:
         self.state, self.policy = state, check_policy(policy)
-        self.cache = FragCache(workload)
-        self.cache.refresh(state)
+        self.scorer = scorer_for(policy, workload)
+        # Reported fragmentation: the paper's measure for every policy, so they compare.
+        self.report = self.scorer if self.scorer is not None and self.scorer.measure == "paper" else FragScorer(workload)
+        for s in {id(self.report): self.report, id(self.scorer): self.scorer}.values():
+            if s is not None:
+                s.refresh(state)
         self.all_nodes = np.ones(len(state.cpu_free), dtype=bool)
 
-    def try_place(self, pod: TracePod) -> Allocation | None:
+    def _touched(self, node: int) -> None:
+        self.report.refresh(self.state, [node])
+        if self.scorer is not None and self.scorer is not self.report:
+            self.scorer.refresh(self.state, [node])
+
+    def try_place(self, pod: TracePod, mask: np.ndarray | None = None) -> Allocation | None:
+        """Place ``pod`` on the policy's node (among ``mask``, default all) or return None."""
         d = pod.demand
-        node = choose_node(self.policy, self.state, d, self.all_nodes, cache=self.cache if self.policy == "binpack-topo" else None)
+        node, device = choose_node(self.policy, self.state, d, self.all_nodes if mask is None else mask, cache=self.scorer)
         if node < 0:
             return None
-        a = Allocation(pod.name, 0, node, self.state.choose_gpus(node, d, GPU_CHOICE[self.policy]), d.gpu_milli, d.cpu_milli, d.mem_mib)
+        gpus = pick_gpus(self.policy, self.state, node, d, device)
+        a = Allocation(pod.name, 0, node, gpus, d.gpu_milli, d.cpu_milli, d.mem_mib)
         self.state.allocate(a)
-        self.cache.refresh(self.state, [node])
+        self._touched(node)
         return a
 
     def release(self, a: Allocation) -> None:
         self.state.release(a)
-        self.cache.refresh(self.state, [a.node])
+        self._touched(a.node)
 
     def fragmentation_gpus(self) -> float:
-        return float(self.cache.values.sum()) / 1000.0
+        """The paper's fragmentation of the whole cluster now, in GPUs."""
+        return float(self.report.values.sum()) / 1000.0
 
 
 def simulate(
@@ -112,21 +152,27 @@ def simulate(
     mode: str = "fill",
     target_load: float = 1.3,
     max_types: int | None = None,
+    discipline: str = "fifo",
 ) -> SimResult:
-    if mode not in ("fill", "replay"):
-        raise ValueError(f"unknown mode {mode!r}; allowed: fill, replay")
+    """One policy over one trace. ``target_load``: GPU share submitted / capacity (fill and
+    queue modes); ``discipline``: queue mode's ``fifo`` or ``backfill``."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; allowed: {', '.join(MODES)}")
     if not pods:
         raise ValueError("the trace has no pods")
-    state = ClusterState(topology)
+    state = CapacityState(topology)
     wl = Workload.of([p.demand for p in pods], state.model_names, max_types=max_types)
     sched = PodScheduler(state, policy, wl)
     res = SimResult(policy, mode, state.gpu_capacity_milli / 1000.0)
     cap = state.gpu_capacity_milli
 
+    placed: Counter[Demand] = Counter()
+
     def attempt(pod: TracePod) -> Allocation | None:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         a = sched.try_place(pod)
         res.latencies_us.append((time.perf_counter() - t0) * 1e6)
+        res.cpu_us.append((time.thread_time() - c0) * 1e6)
         res.arrived += 1
         if a is None:
             res.failed += 1
@@ -134,17 +180,15 @@ def simulate(
             res.rejected.append(pod.name)
         else:
             res.placed += 1
+            placed[pod.demand] += 1
         return a
 
-    if mode == "fill":
-        if sum(p.demand.total_gpu_milli for p in pods) == 0:
-            raise ValueError("fill mode needs pods that ask for GPUs")
+    if mode == "queue":
+        QueueSimulation(sched, fill_sequence(pods, cap, target_load), res, discipline).run()
+    elif mode == "fill":
         arrived_milli = 0
         marks = [round(CHECKPOINT_STEP * i, 6) for i in range(1, int(round(target_load / CHECKPOINT_STEP)) + 1)] or [target_load]
-        k = 0
-        while arrived_milli < target_load * cap:
-            pod = pods[k % len(pods)]
-            k += 1
+        for pod in fill_sequence(pods, cap, target_load):
             attempt(pod)
             arrived_milli += pod.demand.total_gpu_milli
             while marks and arrived_milli >= marks[0] * cap:
@@ -172,6 +216,8 @@ def simulate(
                                      "fragmentation_gpus": sched.fragmentation_gpus(), "failed": res.failed})
     res.final_allocation_rate = state.allocation_rate
     res.final_fragmentation_gpus = sched.fragmentation_gpus()
+    if mode == "fill":
+        res.extra = {"leftover": leftover_gpus(state, wl), "sliver_floor_gpus": round(sliver_floor(placed), 2)}
     if mode == "replay":
         rates = [s["allocation_rate"] for s in res.timeline]
         res.extra = {"mean_allocation_rate": round(float(np.mean(rates)), 6), "peak_allocation_rate": round(max(rates), 6)}
@@ -193,7 +239,7 @@ def simulate_jobs(topology: Topology, jobs: Sequence[TraceJob], policy: str, *, 
     from kilorl.placement.scheduler import PlacementError, place
 
     check_policy(policy)
-    state = ClusterState(topology)
+    state = CapacityState(topology)
     res = SimResult(policy, "replay-jobs", state.gpu_capacity_milli / 1000.0)
     wl = Workload.of([g.demand for j in jobs for g in j.gangs for _ in range(g.count)], state.model_names)
     events = sorted([(j.creation, 1, i) for i, j in enumerate(jobs)] + [(j.deletion, 0, i) for i, j in enumerate(jobs)])
@@ -224,9 +270,9 @@ def simulate_jobs(topology: Topology, jobs: Sequence[TraceJob], policy: str, *, 
         if k % step == 0 or k == len(events) - 1:
             res.timeline.append({"time": t, "allocation_rate": state.allocation_rate, "failed": res.failed})
     res.final_allocation_rate = state.allocation_rate
-    from kilorl.placement.fragmentation import cluster_fragmentation
+    from kilorl.placement.fragmentation import total_fragmentation
 
-    res.final_fragmentation_gpus = cluster_fragmentation(state, wl)
+    res.final_fragmentation_gpus = total_fragmentation(state, wl)
     res.extra = {"mean_allreduce_ms": round(float(np.mean(ar_costs)) * 1e3, 3) if ar_costs else None,
                  "mean_allocation_rate": round(float(np.mean([s["allocation_rate"] for s in res.timeline])), 6),
                  "peak_allocation_rate": round(max(s["allocation_rate"] for s in res.timeline), 6)}

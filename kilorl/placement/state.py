@@ -33,7 +33,7 @@ class Allocation:
     mem_mib: int
 
 
-class ClusterState:
+class CapacityState:
     """Free resources of every node of a topology."""
 
     def __init__(self, topology: Topology) -> None:
@@ -57,11 +57,13 @@ class ClusterState:
         domains = {name: k for k, name in enumerate(dict.fromkeys(nd.failure_domain for nd in topology.nodes))}
         self.domain = np.array([domains[nd.failure_domain] for nd in topology.nodes], dtype=np.int32)
         self.gpu_capacity_milli = int((self.gpu_free > 0).sum()) * 1000
+        self.gpu_total = np.clip(self.gpu_free, 0, None).sum(axis=1).astype(np.int64)
+        """Free GPU share per node (milli), kept in step with ``gpu_free``."""
 
-    def copy(self) -> ClusterState:
-        new = object.__new__(ClusterState)
+    def copy(self) -> CapacityState:
+        new = object.__new__(CapacityState)
         new.__dict__.update(self.__dict__)
-        for name in ("gpu_free", "cpu_free", "mem_free"):
+        for name in ("gpu_free", "gpu_total", "cpu_free", "mem_free"):
             setattr(new, name, getattr(self, name).copy())
         return new
 
@@ -75,19 +77,21 @@ class ClusterState:
             raise ValueError(f"node {a.node}: not enough CPU or memory for {a}")
         for g in a.gpus:
             row[g] -= a.gpu_milli
+        self.gpu_total[a.node] -= a.gpu_milli * len(a.gpus)
         self.cpu_free[a.node] -= a.cpu_milli
         self.mem_free[a.node] -= a.mem_mib
 
     def release(self, a: Allocation) -> None:
         for g in a.gpus:
             self.gpu_free[a.node, g] += a.gpu_milli
+        self.gpu_total[a.node] += a.gpu_milli * len(a.gpus)
         self.cpu_free[a.node] += a.cpu_milli
         self.mem_free[a.node] += a.mem_mib
 
     # ---- queries -----------------------------------------------------------------
     @property
     def allocated_gpu_milli(self) -> int:
-        return self.gpu_capacity_milli - int(np.clip(self.gpu_free, 0, None).sum())
+        return self.gpu_capacity_milli - int(self.gpu_total.sum())
 
     @property
     def allocation_rate(self) -> float:
@@ -108,6 +112,20 @@ class ClusterState:
         if demand.shared:
             return ok & (self.gpu_free >= demand.gpu_milli).any(axis=1)
         return ok & ((self.gpu_free == 1000).sum(axis=1) >= demand.num_gpus)
+
+    def fits_on(self, node: int, demand: Demand) -> bool:
+        """``fits(demand)[node]`` without scoring every node."""
+        if self.cpu_free[node] < demand.cpu_milli or self.mem_free[node] < demand.mem_mib:
+            return False
+        if demand.num_gpus == 0:
+            return True
+        if demand.gpu_models is not None and (self.node_model[node] < 0
+                                              or self.model_names[self.node_model[node]] not in demand.gpu_models):
+            return False
+        row = self.gpu_free[node]
+        if demand.shared:
+            return bool((row >= demand.gpu_milli).any())
+        return int((row == 1000).sum()) >= demand.num_gpus
 
     def capacity(self, demand: Demand, gpu_mask: np.ndarray | None = None) -> np.ndarray:
         """Instances of ``demand`` each node can still take (optionally on a subset of GPUs)."""

@@ -284,6 +284,7 @@ def uniform_topology(
                 "nics": [{"name": "mlx5", "rdma": True, "bandwidth_gbps": 50.0, "count": max(1, gpus_per_node)}],
             }
         },
-        "node_groups": [{"type": "gpu", "count": nodes, "prefix": "node-", "nodes_per_leaf": nodes_per_leaf, "leaf_prefix": "leaf-"}],
+        "node_groups": [{"type": "gpu", "count": nodes, "prefix": "node-", "nodes_per_leaf": nodes_per_leaf,
+                         "leaf_prefix": "leaf-"}],
     }
     return topology_from_dict(data, "<uniform>")

@@ -1,7 +1,7 @@
 """The hardware model: nodes, devices, NVLink islands, PCIe switches, NUMA, NICs, switches.
 
 A ``Topology`` is an immutable description; what is in use lives in the scheduler's
-``ClusterState``. Distance between two GPUs is a ``LinkClass``; crossing a leaf switch
+``CapacityState``. Distance between two GPUs is a ``LinkClass``; crossing a leaf switch
 (through the spine) is NET plus the spine's latency and oversubscription.
 """
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 
-def test_cluster_imports_no_rl_and_no_torch():
+def test_placement_imports_no_rl_and_no_torch():
     code = (
         "import sys, kilorl.placement, kilorl.placement.discovery, kilorl.placement.simulate, kilorl.placement.synthetic, "
         "kilorl.placement.ray_placement, kilorl.placement.alibaba, kilorl.placement.probe\n"

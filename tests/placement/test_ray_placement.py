@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kilorl.placement import Affinity, ClusterState, Demand, GangRequest, place, topology_from_dict
+from kilorl.placement import Affinity, CapacityState, Demand, GangRequest, place, topology_from_dict
 from kilorl.placement.ray_placement import (
     RayPlacementError,
     create_placement_groups,
@@ -29,7 +29,7 @@ REQUESTS = [
 
 
 def _placement(topology_dict=TWO_NODES):
-    return place(ClusterState(topology_from_dict(topology_dict)), REQUESTS, "binpack-topo")
+    return place(CapacityState(topology_from_dict(topology_dict)), REQUESTS, "binpack-topo")
 
 
 def test_bundle_specs_pin_every_instance():
@@ -37,7 +37,8 @@ def test_bundle_specs_pin_every_instance():
     specs = placement_group_specs(p)
     learner = specs["learner"]
     assert learner.nodes == ["n0000", "n0000"]
-    assert learner.bundles[0] == {node_resource("n0000"): 0.001, "CPU": 0.5, "GPU": 1.0, "memory": 103.0 * 1024**2}  # 0.1 GiB rounded up to MiB
+    # 0.1 GiB rounded up to MiB
+    assert learner.bundles[0] == {node_resource("n0000"): 0.001, "CPU": 0.5, "GPU": 1.0, "memory": 103.0 * 1024**2}
     assert specs["actor"].nodes == ["n0001", "n0001"] and specs["actor"].bundles[0]["GPU"] == 0.5
     assert specs["ps"].nodes == ["n0000"] and "GPU" not in specs["ps"].bundles[0]
     assert ray_node_resources(p.state.topology)["n0001"] == {"kilorl_node_n0001": 1000.0}
@@ -50,7 +51,7 @@ def ray_cluster():
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": 80 << 20})
     try:
-        for name, res in ray_node_resources(topology_from_dict(TWO_NODES)).items():
+        for _name, res in ray_node_resources(topology_from_dict(TWO_NODES)).items():
             cluster.add_node(num_cpus=2, num_gpus=2, memory=1 << 30, object_store_memory=80 << 20, resources=res)
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
@@ -92,14 +93,13 @@ def test_placement_groups_land_on_planned_nodes(ray_cluster):
 
 @pytest.mark.slow
 def test_unreservable_placement_leaves_nothing_reserved(ray_cluster):
-    ray = ray_cluster
     from ray.util import placement_group_table
 
     # The plan believes n0001 has 4 GPUs; its raylet has 2, so the actor group cannot be reserved.
     bigger = {**TWO_NODES, "node_types": {"box": {**TWO_NODES["node_types"]["box"],
                                                    "gpus": {"model": "T4", "count": 4, "islands": "all"}}}}
     reqs = [GangRequest("big", 2, Demand.of(2, 0.5, 0.1))]
-    p = place(ClusterState(topology_from_dict(bigger)), reqs, "first-fit")
+    p = place(CapacityState(topology_from_dict(bigger)), reqs, "first-fit")
     assert {a.node for a in p.allocations} == {0}
     with pytest.raises(RayPlacementError, match="not ready"):
         create_placement_groups(p, timeout_s=3)
@@ -108,4 +108,4 @@ def test_unreservable_placement_leaves_nothing_reserved(ray_cluster):
     ghost = {**TWO_NODES, "node_groups": [{"type": "box", "count": 1, "prefix": "ghost"}]}
     with pytest.raises(RayPlacementError, match="no live Ray node declares kilorl_node_ghost0000"):
         one = [GangRequest("big", 1, Demand.of(2, 0.5, 0.1))]
-        create_placement_groups(place(ClusterState(topology_from_dict(ghost)), one, "first-fit"))
+        create_placement_groups(place(CapacityState(topology_from_dict(ghost)), one, "first-fit"))

@@ -8,7 +8,7 @@ import pytest
 from kilorl.placement import (
     Affinity,
     Allocation,
-    ClusterState,
+    CapacityState,
     Demand,
     GangRequest,
     PlacementError,
@@ -17,7 +17,7 @@ from kilorl.placement import (
     uniform_topology,
 )
 from kilorl.placement.allreduce import allreduce_estimate
-from kilorl.placement.fragmentation import Workload, cluster_fragmentation
+from kilorl.placement.fragmentation import Workload, total_fragmentation
 from kilorl.placement.policies import POLICIES
 
 ALL = list(POLICIES)
@@ -25,7 +25,7 @@ ALL = list(POLICIES)
 
 @pytest.fixture
 def small(small_topology_dict):
-    return ClusterState(topology_from_dict(small_topology_dict))
+    return CapacityState(topology_from_dict(small_topology_dict))
 
 
 def snapshot(state):
@@ -111,7 +111,7 @@ def test_learner_group_lands_in_one_island_when_one_fits(small):
 
 
 def test_large_learner_group_spans_fewest_nodes_one_leaf():
-    state = ClusterState(uniform_topology(32, 8, nodes_per_leaf=8))
+    state = CapacityState(uniform_topology(32, 8, nodes_per_leaf=8))
     # The first leaf is half busy (3 of 8 GPUs free per node); the others are idle.
     for n in range(8):
         state.allocate(Allocation("bg", n, n, (0, 1, 2, 3, 4), 1000, 1000, 1024))
@@ -136,7 +136,7 @@ def test_fractional_shares_pack_two_per_gpu(small):
 def test_gpu_model_constraint(repo):
     from kilorl.placement import load_topology
 
-    state = ClusterState(load_topology(repo / "examples/clusters/heterogeneous.yaml"))
+    state = CapacityState(load_topology(repo / "examples/clusters/heterogeneous.yaml"))
     req = GangRequest("inf", 10, Demand.of(1, 1, 1, gpu_models=frozenset({"L4"})))
     for policy in ALL:
         p = place(state, [req], policy)
@@ -148,7 +148,7 @@ def test_gpu_model_constraint(repo):
 def test_reference_layout_on_1024_gpus(repo):
     from kilorl.placement import load_topology
 
-    state = ClusterState(load_topology(repo / "examples/clusters/1024xH100.yaml"))
+    state = CapacityState(load_topology(repo / "examples/clusters/1024xH100.yaml"))
     reqs = [
         GangRequest("learner", 32, Demand.of(1, 8, 64), (Affinity("same_island"),), collective=True),
         GangRequest("parameter_server", 16, Demand.of(0, 4, 32), (Affinity("near_role", role="learner"),)),
@@ -156,7 +156,8 @@ def test_reference_layout_on_1024_gpus(repo):
     ]
     p = place(state, reqs, "binpack-topo")
     s = p.role_summary("learner")
-    assert len(s["nodes"]) == 4 and len(s["leaves"]) == 1
+    # 32 learners on 4 nodes x 8 GPUs: each node's NVSwitch island full, all under one leaf.
+    assert len(s["nodes"]) == 4 and len(s["leaves"]) == 1 and s["islands"] == 4
     assert set(p.role_summary("parameter_server")["nodes"]) <= set(s["nodes"])
     assert p.allocation_rate == pytest.approx((32 + 40) / 1024)
     spread = place(state, reqs, "spread")
@@ -176,7 +177,7 @@ def test_allreduce_estimate_orders_placements():
 
 
 def test_fgd_fragmentation_by_hand(small_topology_dict):
-    state = ClusterState(topology_from_dict(small_topology_dict))
+    state = CapacityState(topology_from_dict(small_topology_dict))
     # Node 0: GPU0 has 300 milli free, GPU1 600, GPU2/3 whole. Others fully used.
     for node in (1, 2, 3):
         state.allocate(Allocation("bg", node, node, (0, 1, 2, 3), 1000, 0, 0))
@@ -186,11 +187,11 @@ def test_fgd_fragmentation_by_hand(small_topology_dict):
     whole2 = Demand.of(2, 1, 1)
     wl = Workload.of([half, whole2], state.model_names)  # 50 / 50
     # half: devices with < 500 free are stranded -> 300; two whole GPUs: partial devices -> 900.
-    assert cluster_fragmentation(state, wl) == pytest.approx(0.5 * 0.3 + 0.5 * 0.9)
+    assert total_fragmentation(state, wl) == pytest.approx(0.5 * 0.3 + 0.5 * 0.9)
     # A task that cannot fit at all (CPU) makes all free share fragmented.
     big_cpu = Demand.of(0.5, 64, 1)
     wl2 = Workload.of([big_cpu], state.model_names)
-    assert cluster_fragmentation(state, wl2) == pytest.approx(2.9)
+    assert total_fragmentation(state, wl2) == pytest.approx(2.9)
 
 
 def test_demand_validation():
@@ -203,4 +204,4 @@ def test_demand_validation():
     with pytest.raises(ValueError, match="near_role needs role"):
         Affinity("near_role")
     with pytest.raises(ValueError, match="unknown policy"):
-        place(ClusterState(uniform_topology(1, 1)), [], "random")
+        place(CapacityState(uniform_topology(1, 1)), [], "random")

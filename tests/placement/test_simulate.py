@@ -12,7 +12,7 @@ from kilorl.placement.alibaba import TraceError, read_nodes, read_pods
 from kilorl.placement.fragmentation import Workload
 from kilorl.placement.policies import POLICIES
 from kilorl.placement.simulate import PodScheduler, simulate, simulate_jobs
-from kilorl.placement.state import ClusterState
+from kilorl.placement.state import CapacityState
 from kilorl.placement.synthetic import rl_job_mix
 
 
@@ -47,7 +47,7 @@ def test_fill_mode_invariants(mini, policy):
 
 def test_no_device_is_oversubscribed_and_shares_add_up(mini):
     topo, pods = mini
-    state = ClusterState(topo)
+    state = CapacityState(topo)
     sched = PodScheduler(state, "binpack-topo", Workload.of([p.demand for p in pods], state.model_names))
     placed = [a for a in (sched.try_place(p) for p in pods) if a is not None]
     assert (state.gpu_free[state.gpu_free != -1] >= 0).all() and (state.cpu_free >= 0).all()
@@ -57,7 +57,7 @@ def test_no_device_is_oversubscribed_and_shares_add_up(mini):
         sched.release(a)
     assert state.allocated_gpu_milli == 0
     assert sched.fragmentation_gpus() == pytest.approx(
-        float(sched.cache.values.sum()) / 1000)
+        float(sched.report.values.sum()) / 1000)
 
 
 def test_gpu_spec_constraint_is_honoured(tmp_path):
@@ -69,7 +69,7 @@ def test_gpu_spec_constraint_is_honoured(tmp_path):
                     "p2,1000,1024,1,1000,V100M32,2,10\np3,1000,1024,1,1000,,3,10\n")
     topo, trace = read_nodes(nodes), read_pods(pods)
     for policy in POLICIES:
-        state = ClusterState(topo)
+        state = CapacityState(topo)
         sched = PodScheduler(state, policy, Workload.of([p.demand for p in trace], state.model_names))
         allocs = [sched.try_place(p) for p in trace]
         assert allocs[0] is not None and allocs[0].node == 1 and allocs[1].node == 1
@@ -119,6 +119,9 @@ def test_sched_cli(fixtures, capsys, tmp_path, repo):
     assert out["results"][0]["policy"] == "first-fit" and out["results"][0]["timeline"]
     assert main(args + ["--mode", "replay", "--policy", "pack"]) == 0
     assert "pack" in capsys.readouterr().out
+    assert main(args + ["--mode", "queue", "--discipline", "backfill", "--policy", "fgd", "--json"]) == 0
+    queued = json.loads(capsys.readouterr().out)["results"][0]
+    assert queued["discipline"] == "backfill" and queued["placed"] + queued["failed"] == queued["arrived"]
     assert main(["sched", "simulate", "--cluster", str(repo / "examples/clusters/heterogeneous.yaml"),
                  "--synthetic-jobs", "20", "--policy", "binpack-topo"]) == 0
     assert "mean_allreduce_ms" in capsys.readouterr().out

@@ -64,7 +64,8 @@ def _err(data) -> str:
         (lambda d: d["node_groups"][0].update(type="bx"), "node_groups[0].type: unknown node type 'bx' (did you mean 'box'?)"),
         (lambda d: d.update(links={"NVL2": {"bandwidth_gbps": 1, "latency_us": 1}}), "links.NVL2: unknown link class"),
         (lambda d: d.update(links={"NET": {"bandwidth_gbps": -1, "latency_us": 1}}), "links.NET.bandwidth_gbps"),
-        (lambda d: d["network"].update(spine_oversubscription=0.5) if "network" in d else d.update(network={"spine_oversubscription": 0.5}),
+        (lambda d: d["network"].update(spine_oversubscription=0.5) if "network" in d
+         else d.update(network={"spine_oversubscription": 0.5}),
          "network.spine_oversubscription"),
         (lambda d: d["node_types"]["box"]["nics"][0].update(numa=5), "nics[0].numa=5"),
         (lambda d: d.pop("node_types"), "node_types: required field is missing"),

@@ -1,0 +1,121 @@
+"""FGD's fragmentation arithmetic and gradient, on cases computed by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kilorl.placement import Demand, topology_from_dict
+from kilorl.placement.fragmentation import Workload, leftover_gpus, node_fragmentation, sliver_floor, total_fragmentation
+from kilorl.placement.policies import choose_node
+from kilorl.placement.scoring import FragScorer
+from kilorl.placement.state import Allocation, CapacityState
+
+HALF = Demand(1, 500, 1000, 1024)
+WHOLE = Demand(1, 1000, 2000, 1024)
+CPU_ONLY = Demand(0, 0, 1000, 1024)
+
+
+def two_gpu_nodes(n: int) -> CapacityState:
+    return CapacityState(topology_from_dict({
+        "node_types": {"box": {"cpus": 4, "memory_gb": 16, "gpus": {"model": "T4", "count": 2, "memory_gb": 16}}},
+        "node_groups": [{"type": "box", "count": n, "nodes_per_leaf": 8}],
+    }))
+
+
+def frag(wl: Workload, gpu: list[int], cpu: int, measure: str, mem: int = 1 << 20) -> float:
+    return float(node_fragmentation(np.array([gpu]), np.array([cpu]), np.array([mem]), np.array([0]), wl, measure)[0])
+
+
+@pytest.fixture
+def mix() -> Workload:
+    """p(HALF) = 1/2, p(WHOLE) = 1/4, p(CPU_ONLY) = 1/4."""
+    return Workload.of([HALF, HALF, WHOLE, CPU_ONLY], ["T4"])
+
+
+def test_fragmentation_of_one_node_by_hand(mix):
+    # Free [1000, 300]: HALF and WHOLE fit on device 0 and cannot use device 1's 300 milli;
+    # the paper counts every free GPU as a fragment for a CPU-only task.
+    # 1/2 * 300 + 1/4 * 300 + 1/4 * 1300 = 550.
+    assert frag(mix, [1000, 300], 4000, "paper") == pytest.approx(550)
+    # The strand measure charges a CPU-only task nothing when it fits: 150 + 75 = 225.
+    assert frag(mix, [1000, 300], 4000, "strand") == pytest.approx(225)
+
+
+def test_a_task_that_does_not_fit_sees_every_free_gpu_as_fragment(mix):
+    # 1500 milli CPU: HALF (1000) fits and strands 300; WHOLE (2000) does not: 1300.
+    assert frag(mix, [1000, 300], 1500, "paper") == pytest.approx(0.5 * 300 + 0.25 * 1300 + 0.25 * 1300)
+    # 500 milli CPU: nothing fits.
+    assert frag(mix, [1000, 300], 500, "paper") == pytest.approx(1300)
+    # Memory: ignored by the paper's measure, binding in the strand measure.
+    assert frag(mix, [1000, 300], 4000, "paper", mem=512) == pytest.approx(550)
+    # 512 MiB < the 1024 every type asks: nothing fits, not even the CPU-only task.
+    assert frag(mix, [1000, 300], 4000, "strand", mem=512) == pytest.approx(1300)
+
+
+def test_gpu_model_constraint_makes_the_node_all_fragment():
+    v100_only = Demand(1, 500, 1000, 1024, frozenset({"V100"}))
+    wl = Workload.of([v100_only], ["T4", "V100"])
+    free, cpu, mem = np.array([[1000, 1000]] * 2), np.array([4000] * 2), np.array([1 << 20] * 2)
+    f = node_fragmentation(free, cpu, mem, np.array([0, 1]), wl)  # node 0 is T4, node 1 V100
+    assert f.tolist() == [2000.0, 0.0]
+
+
+def test_gradient_prefers_the_node_and_device_it_unfragments():
+    # One workload type: 600-milli tasks. Node 0 is empty, node 1 has [1000, 400] free,
+    # whose 400 milli no 600-milli task can use: F = (0, 400).
+    state = two_gpu_nodes(2)
+    state.allocate(Allocation("x", 0, 1, (1,), 600, 0, 0))
+    wl = Workload.of([Demand(1, 600, 1000, 1024)], state.model_names)
+    scorer = FragScorer(wl, "paper")
+    scorer.refresh(state)
+    assert scorer.values.tolist() == [0.0, 400.0]
+    ask = Demand(1, 400, 1000, 1024)
+    # A 400-milli task on node 1 device 1 fills the fragment: F_1 400 -> 0, gradient -400.
+    # On node 0 (either device) or node 1 device 0 it leaves 600 free: gradient 0.
+    delta, device = scorer.gradient(state, ask, np.array([0, 1]))
+    assert delta.tolist() == [0.0, -400.0] and device[1] == 1
+    assert choose_node("fgd", state, ask, np.ones(2, dtype=bool), cache=scorer) == (1, 1)
+    assert choose_node("first-fit", state, ask, np.ones(2, dtype=bool))[0] == 0
+
+
+def test_cached_gradient_follows_the_node_that_changed():
+    state = two_gpu_nodes(3)
+    wl = Workload.of([Demand(1, 600, 1000, 1024)], state.model_names)
+    scorer = FragScorer(wl, "paper")
+    scorer.refresh(state)
+    ask = Demand(1, 400, 1000, 1024)
+    everywhere = np.arange(3)
+    assert scorer.gradient(state, ask, everywhere)[0].tolist() == [0.0, 0.0, 0.0]
+    state.allocate(Allocation("x", 0, 2, (0,), 600, 0, 0))  # node 2: [400, 1000] free
+    scorer.refresh(state, [2])
+    delta, device = scorer.gradient(state, ask, everywhere)
+    assert delta.tolist() == [0.0, 0.0, -400.0] and device[2] == 0
+    # The cache agrees with a scorer built from scratch on the new state.
+    fresh = FragScorer(wl, "paper")
+    fresh.refresh(state)
+    np.testing.assert_array_equal(fresh.gradient(state, ask, everywhere)[0], delta)
+    assert total_fragmentation(state, wl) == pytest.approx(0.4)
+
+
+def test_sliver_floor_by_hand():
+    def shared(milli: int) -> Demand:
+        return Demand(1, milli, 1000, 1024)
+
+    # 810-milli pods: 3 x 190 idle, less the one 160-milli pod that can join them: 410.
+    # 650-milli pods: 2 x 350, less the 160 and the 320 that fit beside them: 220.
+    placed = {shared(810): 3, shared(160): 1, shared(650): 2, shared(320): 1, WHOLE: 4}
+    assert sliver_floor(placed) == pytest.approx(0.41)
+    assert sliver_floor({shared(400): 5, WHOLE: 1}) == 0.0
+
+
+def test_leftover_gpus_says_which_tasks_could_use_the_idle_share():
+    state = two_gpu_nodes(3)
+    state.allocate(Allocation("big", 0, 1, (0, 1), 905, 0, 0))  # node 1: [95, 95] free
+    state.allocate(Allocation("cpu", 0, 2, (), 0, 4000, 0))  # node 2: GPUs free, no CPU left
+    wl = Workload.of([Demand(1, 810, 1000, 1024)] * 99 + [Demand(1, 50, 1000, 1024)], state.model_names)
+    lo = leftover_gpus(state, wl)
+    # Node 0 (2 GPUs) takes anything; node 1's 0.19 only the 1% of tasks asking 50 milli;
+    # on node 2 nothing fits, though by GPU alone everything would.
+    assert lo == {"free": 4.19, "no_task_fits": 2.0, "cpu_or_memory_short": 2.0, "only_rare_tasks_fit": 0.19,
+                  "common_tasks_fit": 2.0}

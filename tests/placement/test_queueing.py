@@ -1,0 +1,65 @@
+"""Queue mode: pods that do not fit wait, then run when capacity frees."""
+
+from __future__ import annotations
+
+import pytest
+
+from kilorl.placement.alibaba import read_nodes, read_pods
+from kilorl.placement.policies import POLICIES
+from kilorl.placement.simulate import simulate
+
+ONE_NODE = "sn,cpu_milli,memory_mib,gpu,model\na,16000,65536,2,T4\n"
+HEAD = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time\n"
+
+
+@pytest.fixture
+def blocked_head(tmp_path):
+    """One 2-GPU node. p0 takes 1 GPU for 10 s; p1 needs both GPUs for 5 s; p2 takes 1 GPU for 3 s."""
+    (tmp_path / "nodes.csv").write_text(ONE_NODE)
+    (tmp_path / "pods.csv").write_text(HEAD + "p0,1000,1024,1,1000,0,10\np1,1000,1024,2,1000,1,6\np2,1000,1024,1,1000,2,5\n")
+    return read_nodes(tmp_path / "nodes.csv"), read_pods(tmp_path / "pods.csv")
+
+
+def run(trace, policy, discipline):
+    topo, pods = trace
+    # 4 GPUs asked on 2: target_load 2 submits the three pods once.
+    return simulate(topo, pods, policy, mode="queue", target_load=2.0, discipline=discipline)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_fifo_head_waits_for_capacity_and_blocks_the_pod_behind(blocked_head, policy):
+    r = run(blocked_head, policy, "fifo")
+    assert r.arrived == r.placed == 3 and r.failed == 0
+    # p1 starts when p0 leaves (t=10) and holds both GPUs until 15; p2 then runs 15..18.
+    assert r.extra["delay_s_p50"] == 10.0 and r.extra["delay_s_mean"] == pytest.approx(25 / 3, abs=0.05)
+    assert r.extra["makespan_s"] == 18.0 and r.extra["drain_s"] == 15.0
+    assert r.final_allocation_rate == 0.0
+    assert max(s["queued"] for s in r.timeline) == 2
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_backfill_starts_the_small_pod_at_once(blocked_head, policy):
+    r = run(blocked_head, policy, "backfill")
+    # p2 runs 0..3 next to p0; p1 still waits for p0 (t=10) and ends at 15.
+    assert r.extra["delay_s_p50"] == 0.0 and r.extra["delay_s_mean"] == pytest.approx(10 / 3, abs=0.05)
+    assert r.extra["makespan_s"] == 15.0
+    alloc = {s["time"]: s["allocation_rate"] for s in r.timeline}
+    assert alloc[0.0] == 1.0 and alloc[3.0] == 0.5 and alloc[10.0] == 1.0 and alloc[15.0] == 0.0
+
+
+def test_a_pod_no_node_can_hold_is_rejected_not_queued(tmp_path):
+    (tmp_path / "nodes.csv").write_text(ONE_NODE)
+    (tmp_path / "pods.csv").write_text(HEAD + "big,1000,1024,4,1000,0,10\np,1000,1024,1,1000,1,2\n")
+    topo, pods = read_nodes(tmp_path / "nodes.csv"), read_pods(tmp_path / "pods.csv")
+    r = simulate(topo, pods, "binpack-topo", mode="queue", target_load=2.5)
+    assert r.rejected == ["big"] and r.placed == 1 and r.extra["delay_s_p99"] == 0.0
+
+
+def test_queue_mode_needs_durations(tmp_path):
+    (tmp_path / "nodes.csv").write_text(ONE_NODE)
+    (tmp_path / "pods.csv").write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1024,1,1000\n")
+    topo, pods = read_nodes(tmp_path / "nodes.csv"), read_pods(tmp_path / "pods.csv")
+    with pytest.raises(ValueError, match="deletion_time"):
+        simulate(topo, pods, "fgd", mode="queue")
+    with pytest.raises(ValueError, match="discipline"):
+        simulate(topo, pods, "fgd", mode="queue", discipline="lifo")
