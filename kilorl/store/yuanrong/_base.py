@@ -50,6 +50,13 @@ class Connected:
             self._store = StoreClient(self._address(), token=self._token or None, connect_timeout=timeout)
         self._owns = True
 
+    def _open_extra(self, zero_copy: bool = True) -> StoreClient:
+        """Another connection to the same worker, for calls that block (a wait must not
+        hold the shared connection that other threads of this client use)."""
+        with translated():
+            return StoreClient(self.store.address, token=self._token or None, zero_copy=zero_copy,
+                               connect_timeout=(self._connect_timeout_ms or 60000) / 1000)
+
     def _attach(self, store: StoreClient) -> None:
         """Uses a connection owned by someone else (``DsClient``)."""
         self._store, self._owns = store, False
@@ -77,23 +84,29 @@ class Connected:
 
     # -- helpers shared by the KV and object clients ------------------------------------
     def _fetch(self, keys: Sequence[str], timeout_ms: int) -> list[Any]:
-        """Values of ``keys`` (``None`` where missing), waiting up to ``timeout_ms`` for misses."""
-        store = self.store
+        """Values of ``keys`` (``None`` where missing), waiting up to ``timeout_ms`` for misses.
+
+        Waits run on a connection of their own (values copied, not leased), so other
+        threads sharing this client are not held up.
+        """
         with translated():
-            values = store.mget(list(keys))
-        if timeout_ms > 0 and any(v is None for v in values):
-            deadline = time.monotonic() + timeout_ms / 1000
+            values = self.store.mget(list(keys))
+        if timeout_ms <= 0 or all(v is not None for v in values):
+            return values
+        deadline = time.monotonic() + timeout_ms / 1000
+        waiter = self._open_extra(zero_copy=False)
+        try:
             for i, key in enumerate(keys):
-                if values[i] is not None:
-                    continue
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
+                if values[i] is not None or remaining <= 0:
+                    continue
                 try:
                     with translated():
-                        values[i] = store.get(key, timeout=remaining)
+                        values[i] = waiter.get(key, timeout=remaining)
                 except (KeyNotFound, StoreTimeout):
                     pass
+        finally:
+            waiter.close()
         return values
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import time
+import weakref
 from typing import Any
 
 from kilorl.store import StoreClient
@@ -111,10 +112,12 @@ class Producer:
 class Consumer:
     """Receives the elements of one subscription."""
 
-    def __init__(self, records: _Records, sub_name: str, start_id: int):
+    def __init__(self, records: _Records, sub_name: str, start_id: int, connection: StoreClient):
         self._records, self._start = records, start_id
-        self._native = records.store.consumer(records.physical, sub_name)
+        self._connection = connection  # its own: a blocking receive must not stall producers
+        self._native = connection.consumer(records.physical, sub_name)
         self._closed = False
+        weakref.finalize(self, connection.close)
 
     def _next(self, timeout_s: float) -> Element | None:
         while True:
@@ -173,6 +176,7 @@ class Consumer:
         self._closed = True
         with translated():
             _add(self._records.store, self._records.base + "consumers", -1)
+        self._connection.close()
 
 
 class StreamClient(Connected):
@@ -238,7 +242,7 @@ class StreamClient(Connected):
             start = 0
             if subs > _read_int(r.store, r.base + "retain"):
                 start = r.store.producer(r.physical, r.capacity()).send(_MARKER)
-        return Consumer(r, sub_name, start)
+        return Consumer(r, sub_name, start, self._open_extra())
 
     def delete_stream(self, stream_name: str) -> None:
         """Retires the stream; refused while producers or consumers of it are open."""
