@@ -15,16 +15,20 @@ from typing import Any
 
 import numpy as np
 
+from kilorl.store import StoreError
 from kilorl.store.yuanrong._base import Connected, check_keys
 from kilorl.store.yuanrong._compat import as_bytes_view, exists_many, read_range
 from kilorl.store.yuanrong._latch import latch_for
-from kilorl.store.yuanrong.errors import DsRuntimeError, invalid, not_found, translated
-from kilorl.store.yuanrong.object_client import CacheType, WriteMode, native_mode
+from kilorl.store.yuanrong._owned import owned_bytes
+from kilorl.store.yuanrong.errors import DsRuntimeError, convert, invalid, not_found, translated
+from kilorl.store.yuanrong.object_client import _NATIVE_MODE, CacheType, WriteMode, native_mode
 from kilorl.store.yuanrong.util import Validator
 
 DEFAULT_FAST_TRANSPORT_MEM_SIZE = 256 * 1024 * 1024
 MAX_FAST_TRANSPORT_MEM_SIZE = 2 * 1024 * 1024 * 1024
 MAX_KEYS = 100000
+
+_VALUE_TYPES = (bytes, bytearray, memoryview, str)
 
 ReadParam = namedtuple("ReadParam", ["key", "offset", "size"])
 """A byte range of one value: ``key``, ``offset`` and ``size`` in bytes."""
@@ -95,6 +99,8 @@ class ReadOnlyBuffer:
 
     def immutable_data(self, with_latch: bool = False, timeout_sec: int = 60) -> memoryview:
         """The view; with ``with_latch`` it first waits (up to ``timeout_sec``) for writers."""
+        if with_latch is False and type(timeout_sec) is int and 1 <= timeout_sec <= Validator.INT32_MAX_SIZE:
+            return self._view  # hot path: nothing to check or wait for
         Validator.check_args_types([["with_latch", with_latch, bool]])
         timeout = self._timeout(timeout_sec)
         if with_latch:
@@ -147,12 +153,26 @@ class KVClient(Connected):
         return mode, (ttl_second or None)
 
     def set(self, key: str, val: Any, write_mode: WriteMode = WriteMode.NONE_L2_CACHE, ttl_second: int = 0) -> None:
+        store = self._store
+        if (store is None or type(key) is not str or not key or type(val) not in _VALUE_TYPES
+                or type(write_mode) is not WriteMode or type(ttl_second) is not int
+                or not 0 <= ttl_second <= Validator.UINT32_MAX_SIZE):
+            self._check_set(key, val, write_mode, ttl_second)  # raises the precise error
+        if type(val) is str:
+            val = val.encode()
+        if (val.nbytes if type(val) is memoryview else len(val)) == 0:
+            raise invalid("The dataSize value should be bigger than zero.")
+        try:
+            store.set(key, val, write_mode=_NATIVE_MODE[write_mode], ttl=ttl_second or None)
+        except (StoreError, OSError) as exc:
+            raise convert(exc) from exc
+
+    def _check_set(self, key: Any, val: Any, write_mode: Any, ttl_second: Any) -> None:
         Validator.check_args_types([["key", key, str]])
-        value = _as_value(val)
-        mode, ttl = self._write_args(write_mode, ttl_second)
+        _as_value(val)
+        self._write_args(write_mode, ttl_second)
         check_keys("key", [key])
-        with translated():
-            self.store.set(key, value, write_mode=mode, ttl=ttl)
+        self.store  # noqa: B018 - raises if not initialised
 
     def set_value(self, val: Any, write_mode: WriteMode = WriteMode.NONE_L2_CACHE, ttl_second: int = 0) -> str:
         """Stores ``val`` under a generated key and returns the key."""
@@ -236,13 +256,32 @@ class KVClient(Connected):
             raise not_found(keys)
         return values
 
+    def _read_fast(self, keys: Any, timeout_ms: Any) -> list[Any]:
+        """``_read_all`` with the checks inlined for the common case (hot path)."""
+        store = self._store
+        if (store is None or type(keys) is not list or not keys or type(timeout_ms) is not int
+                or not 0 <= timeout_ms <= Validator.INT32_MAX_SIZE
+                or not all(type(k) is str and k for k in keys)):
+            return self._read_all(keys, timeout_ms)  # the slow path names what is wrong
+        try:
+            values = store.mget(keys)
+        except (StoreError, OSError) as exc:
+            raise convert(exc) from exc
+        for v in values:
+            if v is None:
+                values = self._fetch(keys, timeout_ms) if timeout_ms else values
+                if all(v is None for v in values):
+                    raise not_found(keys)
+                break
+        return values
+
     def get(self, keys: list[str], convert_to_str: bool = False, sub_timeout_ms: int = 0) -> list[Any]:
         """Values as ``bytes`` (``str`` with ``convert_to_str``), ``None`` for misses."""
         if keys is None:
             raise invalid("The input of keys list should not be empty")
-        Validator.check_args_types([["keys", keys, list], ["sub_timeout_ms", sub_timeout_ms, int]])
-        values = self._read_all(keys, sub_timeout_ms)
-        out = [None if v is None else bytes(as_bytes_view(v)) for v in values]
+        values = self._read_fast(keys, sub_timeout_ms)
+        out = [None if v is None else owned_bytes(v if type(v) is memoryview else as_bytes_view(v))
+               for v in values]
         if convert_to_str:
             return [None if v is None else v.decode() for v in out]
         return out
@@ -257,10 +296,10 @@ class KVClient(Connected):
 
     def get_read_only_buffers(self, keys: list[str] | None = None, timeout_ms: int = 0) -> list[ReadOnlyBuffer | None]:
         """Zero-copy read-only views with read latches (``None`` for misses)."""
-        Validator.check_args_types([["keys", keys, list], ["timeout_ms", timeout_ms, int]])
-        values = self._read_all(keys, timeout_ms)
-        address = self.store.address
-        return [None if v is None else ReadOnlyBuffer(as_bytes_view(v), address, k) for k, v in zip(keys, values)]
+        values = self._read_fast(keys, timeout_ms)
+        address = self._store.address
+        return [None if v is None else ReadOnlyBuffer(v if type(v) is memoryview else as_bytes_view(v), address, k)
+                for k, v in zip(keys, values)]
 
     def read(self, read_params: list[ReadParam]) -> list[ReadOnlyBuffer | None]:
         """Byte ranges ``ReadParam(key, offset, size)`` as read-only buffers."""

@@ -223,3 +223,13 @@ def test_write_modes_needing_l2_are_refused_on_a_worker_without_one(workers):
     with pytest.raises(DsTypeError):
         KVClient("127.0.0.1", "31501")
     kv.close()
+
+
+def test_large_values_come_back_as_owned_bytes_equal_to_what_was_set(connect):
+    kv = connect(KVClient)
+    value = np.random.default_rng(0).integers(0, 256, 40 << 20, dtype=np.uint8).tobytes()
+    kv.set("large", value)
+    (got,) = kv.get(["large"])
+    assert type(got) is bytes and got == value and hash(got) == hash(value)
+    kv.delete(["large"])
+    assert got == value  # owned: unaffected by the object going away
