@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from kilorl.store import StoreError
+from kilorl.store import KeyNotFound, StoreError
 from kilorl.store.yuanrong._base import Connected, check_keys
 from kilorl.store.yuanrong._compat import as_bytes_view, exists_many, read_range
 from kilorl.store.yuanrong._latch import latch_for
@@ -264,7 +264,13 @@ class KVClient(Connected):
                 or not all(type(k) is str and k for k in keys)):
             return self._read_all(keys, timeout_ms)  # the slow path names what is wrong
         try:
-            values = store.mget(keys)
+            if len(keys) == 1:  # the single-key op is a little cheaper than mget
+                try:
+                    values = [store.get(keys[0])]
+                except KeyNotFound:
+                    values = [None]
+            else:
+                values = store.mget(keys)
         except (StoreError, OSError) as exc:
             raise convert(exc) from exc
         for v in values:
