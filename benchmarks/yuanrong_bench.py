@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 SIZES = {"1KiB": 1 << 10, "1MiB": 1 << 20, "256MiB": 256 << 20}
-REPS = {"1KiB": 300, "1MiB": 40, "256MiB": 5}
+REPS = {"1KiB": 300, "1MiB": 150, "256MiB": 8}
 OPS = ("set", "get", "get_zc")
 
 

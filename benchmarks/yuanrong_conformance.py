@@ -8,6 +8,8 @@ tests read (``<root>/output/[datasystem/]service/worker_config.json``), runs pyt
 reports pass / fail / skip per test.
 
     python benchmarks/yuanrong_conformance.py /tmp/yrtests [--json out.json] [-k expr]
+    python benchmarks/yuanrong_conformance.py /tmp/yrtests --openyuanrong-python /tmp/yrvenv/bin/python \
+        --address 127.0.0.1:31601        # the same tests against openYuanrong itself
 """
 
 from __future__ import annotations
@@ -28,9 +30,9 @@ TOKEN = "yuanrong-conformance"
 _IMPORT = re.compile(r"^(\s*)(from|import)\s+(yr\.datasystem|datasystem)(\b)", re.MULTILINE)
 
 
-def rewrite_imports(source: str) -> tuple[str, int]:
-    """``from yr.datasystem.x import y`` -> ``from kilorl.store.yuanrong.x import y`` (imports only)."""
-    return _IMPORT.subn(lambda m: f"{m.group(1)}{m.group(2)} kilorl.store.yuanrong{m.group(4)}", source)
+def rewrite_imports(source: str, target: str = "kilorl.store.yuanrong") -> tuple[str, int]:
+    """``from yr.datasystem.x import y`` -> ``from <target>.x import y`` (import lines only)."""
+    return _IMPORT.subn(lambda m: f"{m.group(1)}{m.group(2)} {target}{m.group(4)}", source)
 
 
 def start_worker(run_dir: Path, shm: str) -> tuple[subprocess.Popen, int]:
@@ -74,26 +76,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-k", default="", help="pytest -k expression")
     ap.add_argument("--shm-size", default="1GiB", help="arena of the worker")
     ap.add_argument("--timeout", type=int, default=900, help="seconds for the whole pytest run")
+    ap.add_argument("--openyuanrong-python", help="instead: run the tests unchanged (bare `datasystem` imports "
+                    "made `yr.datasystem`) with this python against an openYuanrong worker at --address")
+    ap.add_argument("--address", default="127.0.0.1:31601", help="the openYuanrong worker (dscli start)")
     args = ap.parse_args(argv)
 
     tmp = Path(tempfile.mkdtemp(prefix="yr-conformance-"))
     suite = tmp / "tests" / "python"  # cwd: dirname(abspath('..')) is tmp, as the tests expect
     suite.mkdir(parents=True)
     rewritten = 0
+    target = "yr.datasystem" if args.openyuanrong_python else "kilorl.store.yuanrong"
     for src in sorted(args.tests.glob("test_*.py")):
-        text, n = rewrite_imports(src.read_text())
+        text, n = rewrite_imports(src.read_text(), target)
         rewritten += n
         (suite / src.name).write_text(text)
-    proc, port = start_worker(tmp / "worker", args.shm_size)
+    python = args.openyuanrong_python or sys.executable
+    if args.openyuanrong_python:
+        proc, address = None, args.address
+    else:
+        proc, port = start_worker(tmp / "worker", args.shm_size)
+        address = f"127.0.0.1:{port}"
     try:
         for sub in ("output/datasystem/service", "output/service"):
             (tmp / sub).mkdir(parents=True, exist_ok=True)
-            (tmp / sub / "worker_config.json").write_text(json.dumps({"worker_address": {"value": f"127.0.0.1:{port}"}}))
+            (tmp / sub / "worker_config.json").write_text(json.dumps({"worker_address": {"value": address}}))
         env = dict(os.environ, KILORL_STORE_TOKEN=TOKEN)
         repo = str(Path(__file__).resolve().parents[1])
         env["PYTHONPATH"] = repo + os.pathsep + env.get("PYTHONPATH", "")
         junit = tmp / "junit.xml"
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(suite),
+        cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(suite),
                "--junitxml", str(junit), "-o", "junit_family=xunit1", *(["-k", args.k] if args.k else []),
                *sorted(p.name for p in suite.glob("test_*.py"))]
         started = time.monotonic()
@@ -101,11 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         elapsed = time.monotonic() - started
         rows = parse_junit(junit)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
     ran = [r for r in rows if r["outcome"] != "skipped"]
     passed = [r for r in ran if r["outcome"] == "passed"]
     print(f"\n{'test':<78} outcome")
