@@ -126,18 +126,8 @@ def start_kilorl_worker(run_dir: Path):
     return proc, json.loads(info.read_text())["port"]
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--yr-python", help="python of a virtualenv with openyuanrong-datasystem installed")
-    ap.add_argument("--yr-address", default="127.0.0.1:31601", help="the openYuanrong worker (dscli start)")
-    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of every system")
-    ap.add_argument("--json", type=Path, help="write raw medians here")
-    ap.add_argument("--yr-child", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.yr_child:
-        yr_child(args.yr_address)
-        return 0
-
+def measure(rounds: int, peer: YrPeer | None) -> dict:
+    """``samples[system][size][op]`` = call times in seconds, all systems in one run."""
     from kilorl.store import StoreClient
     from kilorl.store.yuanrong import KVClient
 
@@ -148,7 +138,6 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="yr-bench-") as tmp:
         proc, port = start_kilorl_worker(Path(tmp))
-        peer = YrPeer(args.yr_python, args.yr_address) if args.yr_python else None
         try:
             native = StoreClient(f"127.0.0.1:{port}", token="bench")
             kv = KVClient("127.0.0.1", port, token="bench")
@@ -158,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                 n_ops, y_ops = _native_ops(native, f"n_{name}", value), _kv_ops(kv, f"y_{name}", value)
                 n_ops["set"]()
                 y_ops["set"]()
-                for _ in range(args.rounds):
+                for _ in range(rounds):
                     for op in OPS:
                         tn, ty = _paired(n_ops[op], y_ops[op], REPS[name])
                         add("native", name, op, tn)
@@ -169,11 +158,13 @@ def main(argv: list[str] | None = None) -> int:
             kv.close()
             native.close()
         finally:
-            if peer is not None:
-                peer.close()
             proc.terminate()
             proc.wait(30)
+    return samples
 
+
+def render(samples: dict) -> dict:
+    """Prints the table; returns the medians."""
     med = {label: {n: {op: statistics.median(v) for op, v in ops.items()} for n, ops in by.items()}
            for label, by in samples.items()}
     # Pairs were measured back to back, so the median of per-pair ratios is the steadier figure.
@@ -192,6 +183,27 @@ def main(argv: list[str] | None = None) -> int:
             print(row)
     print("ratio = kilorl.store.yuanrong.KVClient / native StoreClient, median of back-to-back pairs (<= 1.10 is "
           "within 10%); yr/ours = openYuanrong 0.8.1 / kilorl.store.yuanrong, medians (>= 1: ours at least as fast)")
+    return med
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--yr-python", help="python of a virtualenv with openyuanrong-datasystem installed")
+    ap.add_argument("--yr-address", default="127.0.0.1:31601", help="the openYuanrong worker (dscli start)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of every system")
+    ap.add_argument("--json", type=Path, help="write the medians here")
+    ap.add_argument("--yr-child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.yr_child:
+        yr_child(args.yr_address)
+        return 0
+    peer = YrPeer(args.yr_python, args.yr_address) if args.yr_python else None
+    try:
+        samples = measure(args.rounds, peer)
+    finally:
+        if peer is not None:
+            peer.close()
+    med = render(samples)
     if args.json:
         args.json.write_text(json.dumps(med, indent=1))
     return 0

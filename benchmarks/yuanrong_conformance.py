@@ -69,6 +69,20 @@ def parse_junit(path: Path) -> list[dict[str, str]]:
     return rows
 
 
+def report(rows: list[dict[str, str]], rewritten: int, elapsed: float, json_path: Path | None) -> None:
+    ran = [r for r in rows if r["outcome"] != "skipped"]
+    passed = [r for r in ran if r["outcome"] == "passed"]
+    print(f"\n{'test':<78} outcome")
+    for r in rows:
+        print(f"{r['file'] + '::' + r['test'].split('::')[-1]:<78} {r['outcome']}"
+              + (f"  ({r['detail'][:120]})" if r["outcome"] != "passed" else ""))
+    print(f"\nimports rewritten: {rewritten}; passed {len(passed)} of {len(ran)} run "
+          f"({100 * len(passed) / max(1, len(ran)):.1f}%), {len(rows) - len(ran)} skipped by the tests "
+          f"themselves; {elapsed:.0f} s")
+    if json_path:
+        json_path.write_text(json.dumps({"passed": len(passed), "ran": len(ran), "rows": rows}, indent=1))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("tests", type=Path, help="directory holding openYuanrong's test_*.py files")
@@ -118,17 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    ran = [r for r in rows if r["outcome"] != "skipped"]
-    passed = [r for r in ran if r["outcome"] == "passed"]
-    print(f"\n{'test':<78} outcome")
-    for r in rows:
-        print(f"{r['file'] + '::' + r['test'].split('::')[-1]:<78} {r['outcome']}"
-              + (f"  ({r['detail'][:120]})" if r["outcome"] != "passed" else ""))
-    print(f"\nimports rewritten: {rewritten}; passed {len(passed)} of {len(ran)} run "
-          f"({100 * len(passed) / max(1, len(ran)):.1f}%), {len(rows) - len(ran)} skipped by the tests "
-          f"themselves; {elapsed:.0f} s")
-    if args.json:
-        args.json.write_text(json.dumps({"passed": len(passed), "ran": len(ran), "rows": rows}, indent=1))
+    report(rows, rewritten, elapsed, args.json)
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
