@@ -73,6 +73,8 @@ def yr_child(address: str) -> None:
             ops[name] = _kv_ops(kv, f"bench_{name}", os.urandom(SIZES[name]))
             ops[name]["set"]()
         print(json.dumps(_timed(ops[name][req["op"]], req["reps"])), flush=True)
+    if ops:
+        kv.delete([f"bench_{name}" for name in ops])
 
 
 class YrPeer:
