@@ -105,3 +105,7 @@ class DsTensorClient:
 
     def exist(self, keys: list[str]) -> list[bool]:
         return self._hetero_client.exist(keys)
+
+    def close(self) -> None:
+        """Closes the connection (not in openYuanrong, whose clients close when collected)."""
+        self._hetero_client.close()

@@ -101,4 +101,44 @@ def test_dev_mget_into_tensor_assembles_ranges_of_several_objects(workers):
         client.dev_mget_into_tensor(["x"], target, [CopyRange(0, 4, 3)])
     back = [torch.empty(8, dtype=torch.uint8)]
     assert client.mget_h2d(["x"], back) == [] and back[0].tolist() == list(range(8))
-    client._hetero_client.close()
+    client.close()
+
+
+def test_blob_lists_can_be_built_up_and_deleted_locally(hetero):
+    bl = DeviceBlobList(0, [])
+    bl.append_blob(Blob(torch.arange(4, dtype=torch.uint8)))
+    blob = Blob(torch.zeros(8, dtype=torch.uint8), 2)
+    blob.set_size(4)
+    blob.set_dev_ptr(torch.arange(10, 14, dtype=torch.uint8))
+    bl.append_blob(blob)
+    bl.set_dev_idx(1)
+    assert len(bl.get_blob_list()) == 2 and bl.dev_idx == 1
+    key = hetero.generate_key("h-")
+    assert key.startswith("h-") and hetero.dev_mset([key], [bl]) == []
+    out = torch.zeros(3, dtype=torch.uint8)
+    dst = DeviceBlobList(0, [Blob(out)])
+    dst.set_src_offset(5)
+    assert hetero.dev_mget([key], [dst], 0) == [] and out.tolist() == [11, 12, 13]
+    with pytest.raises(RuntimeError, match="within the tensor"):
+        blob.set_size(100)
+    assert hetero.dev_local_delete([key]) == [] and hetero.exist([key]) == [False]
+    with pytest.raises(RuntimeError, match="should not be empty"):
+        hetero.dev_mset([], [])
+
+
+def test_tensor_client_async_calls_and_deletes(workers):
+    w = workers("--shm-size", "16MiB")
+    client = DsTensorClient("127.0.0.1", w.port, 0, token=w.token)
+    client.init()
+    src = torch.randn(5, 3)
+    assert client.async_mset_d2h(["t"], [src]).get() == []
+    out = torch.empty(5, 3)
+    assert client.async_mget_h2d(["t"], [out]).get() == [] and torch.equal(out, src)
+    assert client.dev_mget(["t"], [torch.empty(5, 3)]) == []
+    assert client.exist(["t", "u"]) == [True, False]
+    assert client.delete(["t"]) == [] and client.exist(["t"]) == [False]
+    client.dev_mset(["v"], [src])
+    assert client.async_dev_delete(["v"]).get() == [] and client.dev_delete(["v"]) == []
+    with pytest.raises(RuntimeError, match="torch tensors"):
+        client.dev_mset(["v"], [b"bytes"])
+    client.close()
