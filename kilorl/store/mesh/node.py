@@ -48,6 +48,7 @@ from kilorl.store.metastore import open_metastore
 from kilorl.store.metastore.builtin import BuiltinMetastore
 from kilorl.store.metastore.remote import RemoteMetastore
 from kilorl.store.server.router import Router
+from kilorl.store.server.version_book import VersionBook
 from kilorl.store.server.worker import Worker
 from kilorl.store.wire.peers import PeerPool
 
@@ -127,6 +128,7 @@ class MeshNode(Router):
         self.links = MeshLinks(self.id, self.membership, self.pool, cfg.get_timeout)
         self.moves = RingMoves(self.records, self.lock, self.links, self.copies, worker.store, self.leaving,
                                self.counters)
+        self.book: VersionBook | None = None  # the mesh history (versions.register sets it)
         worker.set_router(self)
         worker.add_service(self)
         # Objects indexed from a shared L2 directory belong to whoever wrote them: in a
@@ -168,6 +170,9 @@ class MeshNode(Router):
             self.metastore.close()
 
     # -- router hooks (the worker's handlers call these) ---------------------------------
+    def versions(self) -> VersionBook | None:
+        return self.book
+
     def on_delete(self, keys: list[str], present: set[str], deleted_here: int) -> int:
         n = 0
         for key in keys:

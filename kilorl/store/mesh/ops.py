@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 OpFn = Callable[["MeshNode", dict[str, Any], Any], dict[str, Any]]
 
 
-def _replicate(node: MeshNode, key: str, rec: dict[str, Any] | None) -> None:
+def replicate(node: MeshNode, key: str, rec: dict[str, Any] | None) -> None:
     """Pushes the owner's record to the other preference-list member (authoritative)."""
     if rec is None:
         return
@@ -68,7 +68,7 @@ def meta_put(node: MeshNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]
             rec = MetaRecord(key, ver, holder, size, meta, mode, tier, {holder: 0})
         node.records[key] = rec
         snapshot = rec.to_wire()
-    _replicate(node, key, snapshot)
+    replicate(node, key, snapshot)
     for member in invalid:
         try:
             node.call_member(member, {"op": "c.invalidate", "key": key, "ver": rec.ver})
