@@ -1,16 +1,22 @@
 """Ring and metastore micro-benchmarks (store cluster foundations).
 
-    .venv/bin/python benchmarks/ring_bench.py [--repeats 5]
+    .venv/bin/python benchmarks/ring_bench.py [--repeats 5] [--etcd3gw]
 
 Reports medians over ``--repeats`` runs: ring build time, owner lookups/s,
 diff time on a join, metastore op rates (builtin vs a real etcd on loopback),
-and membership join latency / failure-detection time.
+and membership join latency / failure-detection time. ``--etcd3gw`` adds the
+evaluation of the ``etcd3gw`` client (``pip install etcd3gw``) side by side with
+kiloRL's own etcd client on the same etcd: op rates, watch latency, and whether a
+watch surfaces compaction and a lost server (what ``Metastore`` requires).
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
 import statistics
+import threading
 import time
 import uuid
 
@@ -105,14 +111,109 @@ def metastore_numbers(url, label, repeats):
     return rows
 
 
+def _rate(fn, n=300):
+    t = time.perf_counter()
+    for i in range(n):
+        fn(i)
+    return n / (time.perf_counter() - t)
+
+
+def _watch_latency_ms(put, next_event, n=30):
+    lats = []
+    for i in range(n):
+        t = time.perf_counter()
+        put(i)
+        next_event()
+        lats.append(time.perf_counter() - t)
+    return statistics.median(lats) * 1e3
+
+
+def _first_event(iterator, wait_s):
+    got = []
+    th = threading.Thread(target=lambda: got.append(next(iterator, "end of stream")), daemon=True)
+    th.start()
+    th.join(wait_s)
+    return got[0] if got else None
+
+
+def etcd3gw_numbers(etcd, repeats):
+    """kiloRL's etcd client vs etcd3gw, same server, same operations (medians of ``repeats``)."""
+    import etcd3gw
+
+    host, port = etcd.url[len("etcd://"):].rsplit(":", 1)
+    ours, gw = open_metastore(etcd.url), etcd3gw.client(host=host, port=int(port))
+    ns = f"/bench/{uuid.uuid4().hex}/"
+    a, b = (ns + "a/").encode(), (ns + "b/").encode()
+    rows = []
+
+    def pair(label, mine, theirs, unit="ops/s"):
+        m, t = median_of(repeats, mine), median_of(repeats, theirs)
+        digits = 1 if unit == "ms" else 0
+        rows.append((f"etcd client: {label} (ours / etcd3gw)", f"{m:.{digits}f} / {t:.{digits}f} {unit}"))
+
+    pair("put", lambda: _rate(lambda i: ours.put(a + b"k%d" % i, b"v")),
+         lambda: _rate(lambda i: gw.put(b + b"k%d" % i, b"v")))
+    pair("get", lambda: _rate(lambda i: ours.get(a + b"k%d" % i)), lambda: _rate(lambda i: gw.get(b + b"k%d" % i)))
+    lease_o, lease_g = ours.grant_lease(5), gw.lease(5)
+    pair("lease keepalive", lambda: _rate(lambda i: ours.keepalive(lease_o.id)),
+         lambda: _rate(lambda i: lease_g.refresh()))
+    w = ours.watch(a + b"w/")
+    it, cancel = gw.watch_prefix(b + b"w/")
+    time.sleep(0.2)  # etcd3gw gives no signal that its watch is registered
+    pair("watch put->event", lambda: _watch_latency_ms(lambda i: ours.put(a + b"w/x", b"%d" % i),
+                                                      lambda: w.get(timeout=5)),
+         lambda: _watch_latency_ms(lambda i: gw.put(b + b"w/x", b"%d" % i), lambda: next(it)), unit="ms")
+    w.close()
+    cancel()
+    # Semantics the Metastore contract needs: a compacted start revision is an error ...
+    rev = ours.revision()
+    ours.put(a + b"c", b"1")
+    ours.put(a + b"c", b"2")
+    conn = http.client.HTTPConnection(host, int(port), timeout=5)
+    conn.request("POST", "/v3/kv/compaction", json.dumps({"revision": str(rev + 2)}))
+    conn.getresponse().read()
+    try:
+        ours.watch(a, start_revision=rev).get(timeout=3)
+        mine = "no error"
+    except Exception as exc:  # noqa: BLE001
+        mine = type(exc).__name__
+    it, cancel = gw.watch_prefix(a, start_revision=rev)
+    theirs = _first_event(it, 3)
+    cancel()
+    rows.append(("etcd client: watch from a compacted revision (ours / etcd3gw)",
+                 f"{mine} / {'no error, no event in 3 s' if theirs is None else theirs}"))
+    # ... and a watch whose server dies ends (so the view can resync).
+    w = ours.watch(a + b"d/")
+    it, cancel = gw.watch_prefix(b + b"d/")
+    time.sleep(0.2)
+    etcd.kill()
+    theirs = _first_event(it, 5)
+    try:
+        w.get(timeout=5)
+        mine = "nothing in 5 s"
+    except Exception as exc:  # noqa: BLE001
+        mine = type(exc).__name__
+    cancel()
+    rows.append(("etcd client: server killed under a watch (ours / etcd3gw)",
+                 f"{mine} / {'still blocked after 5 s' if theirs is None else theirs}"))
+    etcd.start()
+    ours.close()
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--etcd3gw", action="store_true", help="only the etcd3gw evaluation")
     args = parser.parse_args()
-    rows = ring_numbers(args.repeats)
-    rows += metastore_numbers("builtin", "builtin", args.repeats)
-    with EtcdProcess() as etcd:
-        rows += metastore_numbers(etcd.url, "etcd 3.4 (HTTP gateway)", args.repeats)
+    if args.etcd3gw:
+        with EtcdProcess() as etcd:
+            rows = etcd3gw_numbers(etcd, args.repeats)
+    else:
+        rows = ring_numbers(args.repeats)
+        rows += metastore_numbers("builtin", "builtin", args.repeats)
+        with EtcdProcess() as etcd:
+            rows += metastore_numbers(etcd.url, "etcd 3.4 (HTTP gateway)", args.repeats)
     width = max(len(r[0]) for r in rows)
     print(f"| {'measure'.ljust(width)} | median |")
     print(f"|{'-' * (width + 2)}|--------|")

@@ -14,8 +14,12 @@ pulls the bytes worker-to-worker, then the reader maps its own worker's arena).
 3. **metadata migration**: 10,000 keys on 2 workers, a 3rd joins: time from the ring
    change until the joiner holds every record the new ring gives it; then it leaves
    (records handed back) and the time its graceful leave takes.
+4. **versions across the mesh**: 3 workers; a client of worker C blocks in
+   ``wait_version`` while a client of worker A publishes the next version (1 KiB):
+   time from the start of ``publish`` on A until ``wait_version`` returns on C (median
+   of 20 per run). Then a 16 MiB version read through B and C: bytes A served.
 
-    python benchmarks/store_cluster_bench.py [--runs 5] [--metastore builtin|etcd] [--json out.json]
+    python benchmarks/store_cluster_bench.py [--runs 5] [--metastore builtin|etcd] [--only PART] [--json out.json]
 
 Medians of ``--runs`` runs (256 MiB and fan-out: ``max(3, runs // 2)``).
 """
@@ -235,11 +239,59 @@ def bench_migration(base: Path, metastore: str, runs: int, keys: int = 10_000) -
         cluster.close()
 
 
+def bench_versions(base: Path, metastore: str, runs: int, rounds: int = 20) -> dict:
+    cluster = Cluster(base, metastore, "128MiB")
+    try:
+        a, b, c = cluster.add(), cluster.add(), cluster.add()
+        cluster.wait_ring(3)
+        ca, cb, cc = a.client(), b.client(), c.client()
+        medians = []
+        for run in range(runs):
+            name = f"lat{run}"
+            lats = []
+            for v in range(1, rounds + 1):
+                waiting, done = threading.Event(), {}
+
+                def wait(v=v, waiting=waiting, done=done, name=name) -> None:
+                    waiting.set()
+                    done["v"] = cc.wait_version(name, v, timeout=10)
+                    done["t"] = time.perf_counter()
+
+                t = threading.Thread(target=wait)
+                t.start()
+                waiting.wait(5)
+                time.sleep(0.02)  # the long poll reaches the name's owner
+                t0 = time.perf_counter()
+                ca.publish(name, b"x" * 1024)
+                t.join(10)
+                if done.get("v") != v:
+                    raise RuntimeError(f"wait_version returned {done.get('v')}, expected {v}")
+                lats.append(done["t"] - t0)
+            medians.append(statistics.median(lats))
+        size = 16 << 20
+        value = np.random.default_rng(3).integers(0, 256, size, dtype=np.uint8)
+        before = a.cluster()["counters"]["bytes_served"]
+        ca.publish("big", value)
+        for reader in (cb, cc):
+            if not np.array_equal(reader.get_version("big").value, value):
+                raise RuntimeError("version read through another worker differs")
+        sent = (a.cluster()["counters"]["bytes_served"] - before) / size
+        row = {"runs": runs, "rounds": rounds, "publish_to_wait_ms": statistics.median(medians) * 1e3,
+               "worst_run_ms": max(medians) * 1e3, "source_sent_x_size_2_readers": sent}
+        print(f"  publish on A -> wait_version returns on C: {row['publish_to_wait_ms']:.1f} ms median "
+              f"(worst run {row['worst_run_ms']:.1f} ms); 16 MiB version read via B and C: A sent {sent:.2f}x",
+              flush=True)
+        return row
+    finally:
+        cluster.close()
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--metastore", default="builtin", help="builtin or etcd (a throwaway etcd is started)")
     p.add_argument("--json")
+    p.add_argument("--only", choices=["remote", "fanout", "migration", "versions"], help="run one part")
     args = p.parse_args()
     etcd = None
     metastore = "builtin"
@@ -252,12 +304,21 @@ def main() -> int:
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}; "
           f"metastore {args.metastore}", flush=True)
     try:
-        print("remote vs local get (get + read):", flush=True)
-        result = {"remote_vs_local": bench_remote_vs_local(base, metastore, args.runs)}
-        print("fan-out of 64 MiB to 4 workers x 2 readers:", flush=True)
-        result["fanout"] = [bench_fanout(base, metastore, args.runs, 2), bench_fanout(base, metastore, args.runs, 8)]
-        print("metadata migration:", flush=True)
-        result["migration"] = bench_migration(base, metastore, args.runs)
+        result: dict = {}
+        want = {args.only} if args.only else {"remote", "fanout", "migration", "versions"}
+        if "remote" in want:
+            print("remote vs local get (get + read):", flush=True)
+            result["remote_vs_local"] = bench_remote_vs_local(base, metastore, args.runs)
+        if "fanout" in want:
+            print("fan-out of 64 MiB to 4 workers x 2 readers:", flush=True)
+            result["fanout"] = [bench_fanout(base, metastore, args.runs, 2),
+                                bench_fanout(base, metastore, args.runs, 8)]
+        if "migration" in want:
+            print("metadata migration:", flush=True)
+            result["migration"] = bench_migration(base, metastore, args.runs)
+        if "versions" in want:
+            print("versions across 3 workers:", flush=True)
+            result["versions"] = bench_versions(base, metastore, args.runs)
     finally:
         if etcd is not None:
             etcd.stop()

@@ -136,7 +136,7 @@ def test_invalid_input_names_the_field(client):
 
 
 def test_reserved_keys_are_refused(client):
-    client.publish("p", 1, b"v1")
+    client.publish("p", version=1, value=b"v1")
     with pytest.raises(InvalidRequest, match="reserved"):
         client.set("\x00ver/p/00000000000000000002", b"forged")
     assert client.delete("\x00ver/p/00000000000000000001") == 0

@@ -21,22 +21,22 @@ def test_publish_latest_get_and_monotonic(client):
     assert client.latest_version("policy") is None
     with pytest.raises(VersionGone):
         client.get_version("policy")
-    client.publish("policy", 1, params(1))
-    client.publish("policy", 2, params(2))
+    client.publish("policy", version=1, value=params(1))
+    client.publish("policy", version=2, value=params(2))
     assert client.latest_version("policy") == 2
     v, value = client.get_version("policy")
     assert v == 2 and all(torch.equal(t, torch.full((64, 1024), 2.0)) for t in value.values())
     assert client.get_version("policy", 1).version == 1
     with pytest.raises(InvalidRequest, match="version"):
-        client.publish("policy", 2, params(9))
+        client.publish("policy", version=2, value=params(9))
     assert client.keys() == []  # versions are not in the KV key space
 
 
 def test_old_versions_reclaimed_when_no_reader_holds_them(client):
-    client.publish("p", 1, params(1))
+    client.publish("p", version=1, value=params(1))
     held = client.get_version("p", 1).value
     for v in range(2, 6):
-        client.publish("p", v, params(v))
+        client.publish("p", version=v, value=params(v))
     with pytest.raises(VersionGone):
         client.get_version("p", 1)
     # keep_versions=2: versions 4 and 5 are held by the worker, version 1 by our reader.
@@ -57,7 +57,7 @@ import torch
 from kilorl.store import StoreClient
 c = StoreClient({worker.address!r}, token={worker.token!r})
 for v in range(1, 61):
-    c.publish("w", v, {{f"layer{{i}}": torch.full((64, 1024), float(v)) for i in range(4)}})
+    c.publish("w", version=v, value={{f"layer{{i}}": torch.full((64, 1024), float(v)) for i in range(4)}})
 """])
     try:
         assert client.wait_version("w", 1, timeout=30) >= 1
@@ -82,7 +82,7 @@ def test_versions_survive_restart_with_write_through(workers, tmp_path):
     w = workers("--shm-size", "32MiB", "--l2-dir", l2, name="a")
     c = w.client()
     for v in (3, 4, 5):
-        c.publish("policy", v, params(v), write_mode=WriteMode.WRITE_THROUGH_L2)
+        c.publish("policy", version=v, value=params(v), write_mode=WriteMode.WRITE_THROUGH_L2)
     w.kill9()
     c2 = workers("--shm-size", "32MiB", "--l2-dir", l2, name="b").client()
     assert c2.latest_version("policy") == 5

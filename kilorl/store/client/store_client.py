@@ -270,8 +270,11 @@ class StoreClient:
     def mget(self, keys: list[str]) -> list[Any]:
         """Values of ``keys`` in order, ``None`` for missing ones."""
         resp, payload = self._retrying(lambda: self._call({"op": "mget", "keys": list(keys), "zc": self._zc()}))
+        return self._materialize_items(resp["items"], payload)
+
+    def _materialize_items(self, items: list[dict[str, Any] | None], payload: memoryview | None) -> list[Any]:
         out, pos = [], 0
-        for item in resp["items"]:
+        for item in items:
             if item is None:
                 out.append(None)
             elif "loc" in item or "cuda_ipc" in item:  # no inline bytes for these
@@ -291,8 +294,11 @@ class StoreClient:
         """Sets (or with ``None`` clears) a key's time to live; False if the key is absent."""
         return self._call({"op": "expire", "key": key, "ttl": ttl})[0]["found"]
 
-    def keys(self, prefix: str = "") -> list[str]:
-        return self._call({"op": "keys", "prefix": prefix})[0]["keys"]
+    def keys(self, prefix: str = "", local_only: bool = False) -> list[str]:
+        """Keys starting with ``prefix``, sorted; on a mesh every worker's keys once each
+        (``local_only``: just the keys whose bytes this worker holds)."""
+        header = {"op": "keys", "prefix": prefix, "local_only": local_only}
+        return self._retrying(lambda: self._call(dict(header)))[0]["keys"]
 
     def pin(self, key: str, on: bool = True) -> None:
         """Keeps an object in its current tier (no demotion, no eviction) until unpinned."""
@@ -325,20 +331,40 @@ class StoreClient:
         self._call({"op": "shutdown"})
 
     # -- versioned objects ---------------------------------------------------------------
-    def publish(self, name: str, version: int, value: Any, write_mode: WriteMode = WriteMode.NONE_L2) -> None:
-        """Publishes ``version`` of ``name``; versions must increase."""
-        self._write({"ver": [name, version], "mode": WriteMode(write_mode).value}, value)
+    def publish(self, name: str, value: Any, version: int | None = None,
+                write_mode: WriteMode = WriteMode.NONE_L2) -> int:
+        """Publishes ``value`` as the next version of ``name`` and returns its number.
+
+        ``version`` picks the number (it must be newer than the latest); by default it is
+        the latest + 1. On a mesh of workers the history is one per name, whichever
+        worker a publisher or reader talks to."""
+        fields = {"ver": [name, version], "mode": WriteMode(write_mode).value}
+        return self._retrying(lambda: self._write(dict(fields), value))["version"]
 
     def latest_version(self, name: str) -> int | None:
-        return self._call({"op": "latest_version", "name": name})[0]["version"]
+        return self._retrying(lambda: self._call({"op": "latest_version", "name": name}))[0]["version"]
 
-    def get_version(self, name: str, version: int | None = None) -> Versioned:
-        """One whole version (the latest by default) as ``(version, value)``."""
-        resp, payload = self._call({"op": "get_version", "name": name, "version": version, "zc": self._zc()})
-        return Versioned(resp["version"], self._materialize(resp, payload))
+    def get_version(self, name: str, version: int | None = None,
+                    ranges: list[tuple[int, int]] | None = None) -> Versioned:
+        """One version (the latest by default) as ``(version, value)``, read as one whole.
+
+        With ``ranges`` = [(offset, length), ...] the value is a list of read-only buffers,
+        one per range; from a remote holder only those bytes move (``describe`` of a
+        dict gives its tensors' offsets)."""
+        header = {"op": "get_version", "name": name, "version": version, "zc": self._zc(),
+                  "ranges": [list(r) for r in ranges] if ranges is not None else None}
+
+        def once() -> Versioned:
+            resp, payload = self._call(dict(header))
+            if ranges is None:
+                return Versioned(resp["version"], self._materialize(resp, payload))
+            return Versioned(resp["version"], self._materialize_items(resp["items"], payload))
+        return self._retrying(once)
 
     def wait_version(self, name: str, min_version: int, timeout: float | None = None) -> int:
-        return self._call({"op": "wait_version", "name": name, "min_version": min_version, "timeout": timeout})[0]["version"]
+        """Blocks until ``name`` reaches ``min_version`` (or ``timeout``); returns the latest."""
+        header = {"op": "wait_version", "name": name, "min_version": min_version, "timeout": timeout}
+        return self._retrying(lambda: self._call(dict(header)))[0]["version"]
 
     # -- streams -------------------------------------------------------------------------
     def producer(self, stream: str, capacity: int | None = None) -> Producer:

@@ -79,6 +79,15 @@ class LocalCopies:
             del self.local[key]
             self.counters["invalidated"] += self.store.delete_generation(key, copy.gen)
 
+    def promote(self, key: str, ver: int) -> bool:
+        """Makes this worker's full copy of ``key`` at ``ver`` a primary (its holder died)."""
+        with self.lock:
+            copy = self.local.get(key)
+            if copy is None or copy.ver != ver or self.store.generation(key) != copy.gen:
+                return False
+            copy.primary = True
+            return True
+
     def count_served(self, nbytes: int) -> None:
         with self.lock:
             self.counters["bytes_served"] += nbytes

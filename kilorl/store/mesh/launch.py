@@ -10,7 +10,7 @@ import signal
 from typing import Any
 
 from kilorl.store.local.config import ResolvedConfig
-from kilorl.store.mesh import ops
+from kilorl.store.mesh import ops, versions
 from kilorl.store.mesh.node import MeshConfig, MeshNode
 from kilorl.store.server.handlers import HANDLERS
 from kilorl.store.server.worker import Worker
@@ -21,7 +21,9 @@ def build_worker(rc: ResolvedConfig, mesh: MeshConfig | None = None) -> Worker:
     worker = Worker(rc, HANDLERS)
     if mesh is not None:
         try:
-            ops.register(worker, MeshNode(worker, mesh))
+            node = MeshNode(worker, mesh)
+            ops.register(worker, node)
+            versions.register(worker, node)
         except BaseException:
             worker.close_unserved()
             raise

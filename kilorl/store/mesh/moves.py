@@ -13,6 +13,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 from kilorl.store.errors import ConnectionLost, KeyNotFound, StoreError, WorkerLeaving
 from kilorl.store.local.objects import ObjectStore
@@ -29,11 +30,13 @@ class RingMoves:
     """Ring-change handling of a mesh worker: record migration, failures, leave handoff."""
 
     def __init__(self, records: dict[str, MetaRecord], lock: threading.RLock, links: MeshLinks,
-                 copies: LocalCopies, store: ObjectStore, leaving: threading.Event, counters: dict[str, int]):
+                 copies: LocalCopies, store: ObjectStore, leaving: threading.Event, counters: dict[str, int],
+                 rescue: Callable[[str, MetaRecord], bool]):
         self.records, self.lock, self.links, self.copies = records, lock, links, copies
         self.store, self.leaving, self.counters = store, leaving, counters
         self.id = links.id
         self.membership = links.membership
+        self.rescue = rescue
         self.changes: queue.Queue = queue.Queue()
         self.last_rebalance_s = 0.0
 
@@ -91,6 +94,7 @@ class RingMoves:
     def on_member(self, member: str, info: MemberInfo | None) -> None:
         if info is not None or member == self.id:
             return
+        orphans = []
         with self.lock:
             for rec in self.records.values():
                 rec.copies.pop(member, None)
@@ -99,7 +103,16 @@ class RingMoves:
                         rec.holder = L2_HOLDER
                     else:
                         rec.lost = True
-        log.info("member %s is gone: its records were moved to L2 or marked lost", member)
+                        if rec.copies:
+                            orphans.append(MetaRecord.from_wire(rec.to_wire()))
+        log.info("member %s is gone: its records were moved to L2 or marked lost (%d with copies elsewhere)",
+                 member, len(orphans))
+        if orphans:  # a full copy elsewhere becomes the holder; off the view's thread
+            threading.Thread(target=self._rescue_all, args=(orphans,), name="rescue", daemon=True).start()
+
+    def _rescue_all(self, orphans: list[MetaRecord]) -> None:
+        saved = sum(1 for rec in orphans if self.rescue(rec.key, rec))
+        log.info("%d of %d objects of a dead holder were adopted by workers holding copies", saved, len(orphans))
 
     def handoff(self, change: RingChange) -> None:
         """Leave: records to their new owners, then every object written here to a live member.

@@ -48,6 +48,7 @@ from kilorl.store.metastore import open_metastore
 from kilorl.store.metastore.builtin import BuiltinMetastore
 from kilorl.store.metastore.remote import RemoteMetastore
 from kilorl.store.server.router import Router
+from kilorl.store.server.version_book import VersionBook
 from kilorl.store.server.worker import Worker
 from kilorl.store.wire.peers import PeerPool
 
@@ -112,7 +113,7 @@ class MeshNode(Router):
         self._writes = 0
         self._writes_cond = threading.Condition()
         self.counters = {"remote_gets": 0, "remote_ranges": 0, "l2_loads": 0, "records_received": 0,
-                         "records_sent": 0, "handed_off": 0}
+                         "records_sent": 0, "handed_off": 0, "adopted": 0}
         if cfg.head:
             self.metastore = BuiltinMetastore()
             service = MetastoreService(self.metastore)
@@ -126,7 +127,8 @@ class MeshNode(Router):
                                      MembershipConfig(cfg.prefix, cfg.lease_ttl, replicas=2))
         self.links = MeshLinks(self.id, self.membership, self.pool, cfg.get_timeout)
         self.moves = RingMoves(self.records, self.lock, self.links, self.copies, worker.store, self.leaving,
-                               self.counters)
+                               self.counters, self.rescue)
+        self.book: VersionBook | None = None  # the mesh history (versions.register sets it)
         worker.set_router(self)
         worker.add_service(self)
         # Objects indexed from a shared L2 directory belong to whoever wrote them: in a
@@ -168,6 +170,9 @@ class MeshNode(Router):
             self.metastore.close()
 
     # -- router hooks (the worker's handlers call these) ---------------------------------
+    def versions(self) -> VersionBook | None:
+        return self.book
+
     def on_delete(self, keys: list[str], present: set[str], deleted_here: int) -> int:
         n = 0
         for key in keys:
@@ -181,7 +186,7 @@ class MeshNode(Router):
         located = self.lookup(key, set(), register=False)
         if located is None:
             return None
-        if located.rec.lost:
+        if located.rec.lost and not self.rescue(key, located.rec):
             raise ObjectLost(f"key {key!r} was held only by worker {located.rec.holder}, which died")
         return located.rec.meta, located.rec.size
 
@@ -193,7 +198,9 @@ class MeshNode(Router):
             return None
         rec = located.rec
         if rec.lost:
-            raise ObjectLost(f"key {key!r} was held only by worker {rec.holder}, which died")
+            if not self.rescue(key, rec):
+                raise ObjectLost(f"key {key!r} was held only by worker {rec.holder}, which died")
+            return self.read_range(key, offset, length)
         if offset + length > rec.size:
             raise InvalidRequest(f"offset/length: [{offset}, {offset + length}) is outside {key!r} ({rec.size} bytes)")
         data = self.store.stage(length)
@@ -224,6 +231,29 @@ class MeshNode(Router):
             return
         raise ObjectLost(f"key {rec.key!r}: no worker holding it could serve [{offset}, {offset + len(view)})"
                          f" ({last})")
+
+    def rescue(self, key: str, rec: MetaRecord) -> bool:
+        """The holder of non-durable ``key`` died: asks the workers with copies (then every
+        live worker) to adopt it; True once one with a full copy at ``rec.ver`` did."""
+        live = self.membership.view.members
+        candidates = [m for m in dict.fromkeys([*rec.copies, *sorted(live)]) if m in live and m != rec.holder]
+        for member in candidates:
+            try:
+                if self.call_member(member, {"op": "c.adopt", "key": key, "ver": rec.ver}).get("adopted"):
+                    self.counters["adopted"] += 1
+                    return True
+            except StoreError:
+                continue
+        return False
+
+    def list_keys(self, prefix: str, local: list[str]) -> list[str]:
+        found = set(local)
+        for member in sorted(self.membership.view.members):
+            try:
+                found.update(self.call_member(member, {"op": "c.keys", "prefix": prefix})["keys"])
+            except StoreError:
+                continue  # a member that just died: its keys are lost or already adopted
+        return sorted(found)
 
     def exists_elsewhere(self, key: str) -> bool:
         located = self.lookup(key, set(), register=False)
@@ -323,8 +353,10 @@ class MeshNode(Router):
                 time.sleep(0.05)
                 continue
             if rec.lost:
+                if self.rescue(key, rec.rec):
+                    continue  # a copy became the holder: look it up again
                 raise ObjectLost(f"key {key!r} was held only by worker {rec.holder}, which died "
-                                 f"(not written to L2)")
+                                 f"(not written to L2), and no other worker has a full copy")
             source = rec.source
             try:
                 if source == L2_HOLDER or source == self.id:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 OpFn = Callable[["MeshNode", dict[str, Any], Any], dict[str, Any]]
 
 
-def _replicate(node: MeshNode, key: str, rec: dict[str, Any] | None) -> None:
+def replicate(node: MeshNode, key: str, rec: dict[str, Any] | None) -> None:
     """Pushes the owner's record to the other preference-list member (authoritative)."""
     if rec is None:
         return
@@ -68,7 +68,7 @@ def meta_put(node: MeshNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]
             rec = MetaRecord(key, ver, holder, size, meta, mode, tier, {holder: 0})
         node.records[key] = rec
         snapshot = rec.to_wire()
-    _replicate(node, key, snapshot)
+    replicate(node, key, snapshot)
     for member in invalid:
         try:
             node.call_member(member, {"op": "c.invalidate", "key": key, "ver": rec.ver})
@@ -151,7 +151,30 @@ def info(node: MeshNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
     return out
 
 
-LOCAL_OPS: dict[str, OpFn] = {"c.meta_put": meta_put, "c.meta_copy": meta_copy, "c.meta_del": meta_del,
+def adopt(node: MeshNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
+    """The holder of ``key`` died: if this worker has a full copy at ``ver``, it becomes the holder."""
+    key, ver = arg(h, "key", str), arg(h, "ver", int)
+    if not node.copies.promote(key, ver):
+        return {"adopted": False}
+    found = node.store.peek(key)
+    if found is None:
+        return {"adopted": False}
+    meta, size = found
+    resp = node.meta_call(key, {"op": "c.meta_put", "key": key, "holder": node.id, "size": size, "meta": meta,
+                                "mode": "none", "ver": ver})
+    return {"adopted": not resp.get("stale")}
+
+
+def keys(node: MeshNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
+    """User keys this worker knows: records it owns (not lost) and objects it holds."""
+    prefix = arg(h, "prefix", str, "")
+    with node.lock:
+        owned = {k for k, r in node.records.items() if k.startswith(prefix) and not k.startswith("\x00") and not r.lost}
+    return {"keys": sorted(owned | set(node.w.keyspace.keys(prefix)))}
+
+
+LOCAL_OPS: dict[str, OpFn] = {"c.adopt": adopt, "c.keys": keys,
+                              "c.meta_put": meta_put, "c.meta_copy": meta_copy, "c.meta_del": meta_del,
                               "c.locate": locate, "c.has": has, "c.invalidate": invalidate, "c.info": info}
 
 

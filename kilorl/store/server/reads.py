@@ -75,6 +75,17 @@ def ranged_reply(w: Worker, conn: Connection, key: str, handle: ReadHandle, zc: 
     return Reply({"items": items}, bufs, (lambda: w.store.release(regions)) if regions else None)
 
 
+def handles_reply(w: Worker, conn: Connection, handles: list[ReadHandle], zc: int | None) -> Reply:
+    """Several whole handles (e.g. byte ranges pulled from a remote holder) in one reply."""
+    items, bufs, regions = [], [], []
+    for handle in handles:
+        item, b, r = read_reply(w, conn, handle, zc)
+        items.append(item)
+        bufs += b
+        regions += r
+    return Reply({"items": items}, bufs, (lambda: w.store.release(regions)) if regions else None)
+
+
 def single_read(w: Worker, conn: Connection, h: dict[str, Any], handle: ReadHandle) -> Reply:
     item, bufs, regions = read_reply(w, conn, handle, arg(h, "zc", int, None))
     return Reply(item, bufs, (lambda: w.store.release(regions)) if regions else None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from kilorl.store.local.objects import ReadHandle
+from kilorl.store.server.version_book import VersionBook
 
 
 class Router:
@@ -51,6 +52,10 @@ class Router:
     def read_range(self, key: str, offset: int, length: int) -> ReadHandle | None:
         """``length`` bytes at ``offset`` of a key held elsewhere, pulled into this worker
         (only those bytes move); the handle owns them. None: the key is nowhere else."""
+        return None
+
+    def versions(self) -> VersionBook | None:
+        """The mesh-wide history of published names; None: the worker's own table."""
         return None
 
     def info(self) -> dict[str, Any] | None:

@@ -31,6 +31,7 @@ from kilorl.store.local.streams import StreamTable
 from kilorl.store.local.versions import HIDDEN, VersionTable
 from kilorl.store.server.request import Handler
 from kilorl.store.server.router import Router
+from kilorl.store.server.version_book import LocalVersionBook, VersionBook
 from kilorl.store.wire.protocol import ConnectionClosed, FramedSocket, FrameLimits, check_token, host_identity
 from kilorl.store.wire.shm import Arena
 
@@ -85,6 +86,7 @@ class Worker:
         self.handlers: dict[str, Handler] = dict(handlers)
         self.services: list[Any] = []
         self.router: Router = Router()  # a worker alone; a multi-node layer sets its own
+        self.local_book = LocalVersionBook(self.versions)
         self._stopping = threading.Event()
         self.connections: dict[int, Connection] = {}
         self._conn_ids = itertools.count(1)
@@ -110,6 +112,10 @@ class Worker:
     def set_router(self, router: Router) -> None:
         """Connects the worker to other workers (once, before serving)."""
         self.router = router
+
+    def version_book(self) -> VersionBook:
+        """Where the history of published names is kept (the router's, or this worker's)."""
+        return self.router.versions() or self.local_book
 
     def add_service(self, service: Any) -> None:
         """Hosts a component in this worker (e.g. a metastore): ``service.start(worker)`` runs

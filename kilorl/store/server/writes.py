@@ -32,9 +32,12 @@ def _write_fields(w: Worker, header: dict[str, Any]) -> dict[str, Any]:
     w.store.check_tier(tier)
     ver = header.get("ver")
     if ver is not None:
-        if not (isinstance(ver, list) and len(ver) == 2 and isinstance(ver[0], str) and isinstance(ver[1], int)):
-            raise InvalidRequest("ver: must be [name, version]")
-        w.versions.check_new(ver[0], ver[1])
+        if not (isinstance(ver, list) and len(ver) == 2 and isinstance(ver[0], str) and ver[0]
+                and (ver[1] is None or (isinstance(ver[1], int) and not isinstance(ver[1], bool)))):
+            raise InvalidRequest("ver: must be [name, version or None]")
+        if ver[1] is not None and ver[1] < 0:
+            raise InvalidRequest(f"version: must be a non-negative int, got {ver[1]!r}")
+        ver = [ver[0], w.version_book().reserve(ver[0], ver[1])]
     meta = arg(header, "meta", dict)
     return {"meta": meta, "mode": mode, "ttl": ttl_field(header), "tier": tier, "pin": bool(header.get("pin")),
             "ver": ver}
@@ -66,12 +69,17 @@ def _finish_put(w: Worker, key: str, size: int, data: Region | bytearray, f: dic
                 w.store.mark_durable(key, gen, loc)
 
         l2.enqueue_write(key, obj.gen, obj.meta, size, obj.expires_at, src, done)
-    if f["ver"] is not None:
-        reclaim = w.versions.add(*f["ver"])
-        if reclaim:
-            _, l2_keys = w.store.delete(reclaim)
-            w.delete_l2(l2_keys)
-    return Reply({"gen": obj.gen})
+    if f["ver"] is None:
+        return Reply({"gen": obj.gen})
+    try:
+        reclaim = w.version_book().commit(f["ver"][0], f["ver"][1], key)
+    except BaseException:
+        w.store.delete_generation(key, obj.gen)
+        raise
+    if reclaim:
+        _, l2_keys = w.store.delete(reclaim)
+        w.delete_l2(l2_keys)
+    return Reply({"gen": obj.gen, "version": f["ver"][1]})
 
 
 def _routed_write(w: Worker, key: str, write: Callable[[], Reply]) -> Reply:

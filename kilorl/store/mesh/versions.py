@@ -1,0 +1,183 @@
+"""Versioned objects across the mesh: one history per published name.
+
+The history of ``name`` (the versions held, newest last) is a metadata record on the
+ring owner of ``index_key(name)``, replicated and migrated like every record. Each
+version's bytes are an ordinary mesh object under its hidden key, so a reader's worker
+pulls one copy through the fan-out relay (the publisher sends a bounded number of
+copies) and serves it zero-copy to its local readers. When a version falls out of the
+newest ``keep_versions``, its record is deleted: every worker holding a copy drops it
+from its table, and the memory returns once that worker's last reader lets go.
+
+Owner-side ops: ``c.ver_reserve`` (the number a publish will use), ``c.ver_commit``,
+``c.ver_get`` and ``c.ver_wait`` (a long poll, so ``wait_version`` wakes on commit).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kilorl.store.errors import InvalidRequest, KeyNotFound, StoreError, StoreTimeout, VersionGone
+from kilorl.store.local.objects import ReadHandle
+from kilorl.store.local.versions import version_key
+from kilorl.store.mesh.ops import replicate
+from kilorl.store.mesh.records import L2_HOLDER, MetaRecord, new_version
+from kilorl.store.server.request import Reply, arg
+from kilorl.store.server.version_book import VersionBook
+
+if TYPE_CHECKING:
+    from kilorl.store.mesh.node import MeshNode
+    from kilorl.store.server.worker import Connection, Worker
+
+INDEX = "\x00vindex/"
+WAIT_SLICE_S = 2.0  # one long poll; the caller repeats it (and so follows ring changes)
+
+
+def index_key(name: str) -> str:
+    return INDEX + name
+
+
+class VersionIndex:
+    """The owner's side: histories in the node's record table, and a condition to wait on."""
+
+    def __init__(self, node: MeshNode):
+        self.node = node
+        self.changed = threading.Condition(node.lock)
+
+    def held(self, name: str) -> list[int]:
+        with self.node.lock:
+            rec = self.node.records.get(index_key(name))
+            return list(rec.meta.get("held", [])) if rec is not None else []
+
+    def reserve(self, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
+        name, version = arg(h, "name", str), arg(h, "version", int, None)
+        held = self.held(name)
+        if version is None:
+            return {"version": (held[-1] if held else 0) + 1}
+        if held and version <= held[-1]:
+            raise InvalidRequest(f"version: {name!r} is at version {held[-1]}; {version} is not newer")
+        return {"version": version}
+
+    def commit(self, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
+        name, version, keep = arg(h, "name", str), arg(h, "version", int), max(1, arg(h, "keep", int))
+        key = index_key(name)
+        with self.changed:
+            rec = self.node.records.get(key)
+            held = list(rec.meta.get("held", [])) if rec is not None else []
+            if held and version <= held[-1]:
+                raise InvalidRequest(f"version: {name!r} is at version {held[-1]}; {version} is not newer")
+            held.append(version)
+            retired, held = held[:-keep], held[-keep:]
+            new = MetaRecord(key, new_version(rec.ver if rec else 0), L2_HOLDER, 0, {"held": held})
+            self.node.records[key] = new
+            self.changed.notify_all()
+        replicate(self.node, key, new.to_wire())
+        for v in retired:
+            hidden = version_key(name, v)
+            try:
+                self.node.meta_call(hidden, {"op": "c.meta_del", "key": hidden})
+            except StoreError:
+                pass  # its holders drop it when they learn of a newer record, or die with it
+        return {"held": held}
+
+    def get(self, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
+        return {"held": self.held(arg(h, "name", str))}
+
+    def wait(self, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
+        name, min_version = arg(h, "name", str), arg(h, "min_version", int)
+        deadline = time.monotonic() + min(float(arg(h, "timeout", (int, float), WAIT_SLICE_S)), WAIT_SLICE_S)
+        with self.changed:
+            while True:
+                held = self.held(name)
+                if held and held[-1] >= min_version:
+                    return {"latest": held[-1], "reached": True}
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return {"latest": held[-1] if held else None, "reached": False}
+                # Re-check at least twice a second: a history can also arrive by migration.
+                self.changed.wait(min(left, 0.5))
+
+
+class MeshVersions(VersionBook):
+    """The book a mesh worker's handlers use: every question goes to the name's owner."""
+
+    def __init__(self, node: MeshNode, keep: int):
+        self.node = node
+        self.keep = keep
+
+    def _ask(self, name: str, op: str, **fields: Any) -> dict[str, Any]:
+        return self.node.meta_call(index_key(name), {"op": op, "name": name, **fields})
+
+    def reserve(self, name: str, version: int | None) -> int:
+        return self._ask(name, "c.ver_reserve", version=version)["version"]
+
+    def commit(self, name: str, version: int, key: str) -> list[str]:
+        self.node.announce(key)  # the bytes become a mesh object others can pull
+        try:
+            self._ask(name, "c.ver_commit", version=version, keep=self.keep)
+        except InvalidRequest:  # a concurrent publisher got there first
+            self.node.meta_call(key, {"op": "c.meta_del", "key": key})
+            raise
+        return []
+
+    def latest(self, name: str) -> int | None:
+        held = self._ask(name, "c.ver_get")["held"]
+        return held[-1] if held else None
+
+    def resolve(self, name: str, version: int | None) -> int:
+        held = self._ask(name, "c.ver_get")["held"]
+        if version is None:
+            if not held:
+                raise VersionGone(f"{name!r} has no published version")
+            return held[-1]
+        if version not in held:
+            raise VersionGone(f"{name!r} version {version} is not held (held: {held})")
+        return version
+
+    def wait(self, name: str, min_version: int, timeout: float | None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = WAIT_SLICE_S if deadline is None else max(0.0, deadline - time.monotonic())
+            resp = self._ask(name, "c.ver_wait", min_version=min_version, timeout=min(left, WAIT_SLICE_S))
+            if resp["reached"]:
+                return resp["latest"]
+            if deadline is not None and time.monotonic() >= deadline:
+                raise StoreTimeout(f"{name!r} did not reach version {min_version} within {timeout}s "
+                                   f"(latest: {resp['latest']})")
+
+    def make_local(self, key: str) -> None:
+        self.node.ensure_local(key, None)
+
+    def fetch_ranges(self, key: str, ranges: list[tuple[int, int]]) -> list[ReadHandle] | None:
+        handles: list[ReadHandle] = []
+        try:
+            for off, length in ranges:
+                handle = self.node.read_range(key, off, length)
+                if handle is None:
+                    raise KeyNotFound(f"{key!r} not found")
+                handles.append(handle)
+        except BaseException:
+            self.node.store.release([h.region for h in handles if h.region is not None])
+            raise
+        return handles
+
+
+def register(worker: Worker, node: MeshNode) -> None:
+    """Adds the ``c.ver_*`` ops and makes the mesh history the worker's version book."""
+    index = VersionIndex(node)
+    ops: dict[str, Callable[[dict[str, Any], Any], dict[str, Any]]] = {
+        "c.ver_reserve": index.reserve, "c.ver_commit": index.commit, "c.ver_get": index.get,
+        "c.ver_wait": index.wait}
+    for name, fn in ops.items():
+        worker.register(name, functools.partial(_handler, fn))
+        node.links.local_ops[name] = fn
+    node.book = MeshVersions(node, worker.rc.spec.keep_versions)
+
+
+def _handler(fn: Callable[[dict[str, Any], Any], dict[str, Any]], w: Worker, conn: Connection,
+             h: dict[str, Any]) -> Reply:
+    payload = conn.fs.read_payload() if conn.fs.pending_payload else None
+    return Reply(fn(h, payload))
