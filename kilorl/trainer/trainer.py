@@ -52,6 +52,13 @@ def config_warnings(cfg: Config) -> list[str]:
     return out
 
 
+def _process_age() -> float:
+    """Seconds since this process started (interpreter and imports included)."""
+    import psutil
+
+    return time.time() - psutil.Process().create_time()
+
+
 class Trainer:
     """Runs one training job described by a Config (see ``kilorl.trainer.loop`` for the schedule)."""
 
@@ -103,7 +110,8 @@ class Trainer:
             ckpt = Checkpointer(self.run_dir, cfg.checkpoint.every_env_steps, cfg.checkpoint.keep,
                                 cfg.model_dump(mode="json"), env_steps)
             metrics = MetricsWriter(self.run_dir, cfg.train.total_env_steps, cfg.logging.tensorboard, cfg.logging.progress)
-            reporter = Reporter(cfg, metrics, meta, t_start, {"startup_s": startup_s, **roles.times.as_row()})
+            startup = {"startup_s": startup_s, "startup_process_s": _process_age(), **roles.times.as_row()}
+            reporter = Reporter(cfg, metrics, meta, t_start, startup)
             try:
                 env_steps, iteration = self._train(roles, OnPolicyLoop(cfg, roles, iteration, env_steps), reporter, ckpt)
             finally:
