@@ -132,3 +132,16 @@ def test_overlap_compute_comm_warns_that_it_is_not_active(ray_local, tmp_path):
     cfg = tiny_config(train={"total_env_steps": 256, "overlap_compute_comm": True})
     with pytest.warns(UserWarning, match="overlap_compute_comm=true is not active yet"):
         Trainer(cfg, tmp_path / "run").fit()
+
+
+def test_scaled_down_seed_config_trains_here(ray_local, tmp_path):
+    """examples/plan_1024_small.yaml: 2 learners, 4 actors, accumulation 4, depth 8, bf16, overlap asked."""
+    from kilorl.config import load_config
+
+    cfg = load_config(EXAMPLES / "plan_1024_small.yaml", ["train.total_env_steps=4096", "logging.progress=false",
+                                                          "logging.tensorboard=false", "logging.report_every_s=0"])
+    with pytest.warns(UserWarning, match="overlap_compute_comm"):
+        result = Trainer(cfg, tmp_path / "run").fit()
+    rows = read_metrics(tmp_path / "run")
+    assert result.env_steps == 4096 and len(rows) == 4096 // cfg.batch_size
+    assert all(np.isfinite(r["grad_norm"]) and r["comm_bytes_sent"] > 0 for r in rows)  # 2 learners all-reduced
