@@ -182,6 +182,9 @@ class AlgorithmLearner(abc.ABC):
     def update(self, rollout: Rollout, env_steps_total: int) -> dict[str, float]:
         """One update on ``rollout`` (``[T, N]``); returns scalar statistics."""
 
+    def warm_up(self) -> None:  # noqa: B027 - optional hook, empty by default
+        """Slow one-off preparation that may run while the first rollout is collected."""
+
     @abc.abstractmethod
     def weights(self) -> dict[str, np.ndarray]:
         """What actors need, under the names the algorithm's layout uses."""

@@ -7,6 +7,7 @@ only their update. The recorder records V(s) (and the action's log-prob where as
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -47,12 +48,29 @@ class ActorCriticState:
         self.model = build_actor_critic(obs_space, action_space, cfg.model).to(self.device)
         self.module = grad_sync.prepare(self.model)
         self.params = list(self.model.parameters())
-        self.optimizer = make_optimizer(self.params, cfg.algo.lr)
+        self._make_optimizer = make_optimizer
+        self._optimizer: torch.optim.Optimizer | None = None
+        self._optimizer_lock = threading.Lock()
         self.obs_rms = RunningMeanStd(obs_space.shape)
         self.ret_rms = RunningMeanStd(())
         self.env_steps = 0
         self.updates = 0
         self.autocast_on = cfg.train.mixed_precision == "bf16"
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """Built on first use: a torch optimizer's first call imports torch._dynamo (seconds),
+        which need not delay the first publish (see ``warm_up``)."""
+        with self._optimizer_lock:
+            if self._optimizer is None:
+                self._optimizer = self._make_optimizer(self.params, self.cfg.algo.lr)
+            return self._optimizer
+
+    def warm_up(self) -> None:
+        """Build the optimizer and import what its first step imports (run while actors collect)."""
+        import torch._dynamo  # noqa: F401 - the import is the point
+
+        self.optimizer.zero_grad(set_to_none=True)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         if not self.autocast_on:

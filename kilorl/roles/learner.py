@@ -7,6 +7,7 @@ stays ``[T, N_total]``) and publishes what the algorithm's ``weights()`` returns
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -69,12 +70,20 @@ class LearnerRole(Learner):
         self.algorithm = get_algorithm(cfg.algo.name).load("learner")(cfg, obs_space, action_space, self.grad_sync)
         if state is not None:
             self.algorithm.load_state(state)
+        self._warm_up: threading.Thread | None = None
 
     def publish(self, version: int) -> None:
         if self.rank == 0:
             self.store.publish(keys.POLICY, version, self.algorithm.weights())
+        if self._warm_up is None:
+            # Actors can start the first rollout now; the algorithm's slow one-off set-up
+            # (the optimizer's first-call imports) runs meanwhile, off the start-up path.
+            self._warm_up = threading.Thread(target=self.algorithm.warm_up, name="kilorl-warm-up", daemon=True)
+            self._warm_up.start()
 
     def update(self, version: int, env_steps_total: int, *rollouts: Rollout) -> dict[str, float]:
+        if self._warm_up is not None:
+            self._warm_up.join()
         t0 = time.perf_counter()
         stats = self.algorithm.update(merge_rollouts(list(rollouts)), env_steps_total)
         t1 = time.perf_counter()

@@ -67,6 +67,9 @@ class A2CLearner(AlgorithmLearner):
         return {**totals, "lr": lr, "grad_norm": float(grad_norm),
                 "explained_variance": explained_variance(ret, steps[keys.VALUES])}
 
+    def warm_up(self) -> None:
+        self.ac.warm_up()
+
     def weights(self) -> dict[str, np.ndarray]:
         return self.ac.weights()
 

@@ -90,6 +90,9 @@ class PPOLearner(AlgorithmLearner):
                 stats[k].append(v.detach())
             epoch_kl.append(loss.approx_kl)
 
+    def warm_up(self) -> None:
+        self.ac.warm_up()
+
     def weights(self) -> dict[str, np.ndarray]:
         return self.ac.weights()
 
