@@ -44,7 +44,7 @@ class Rollout:
 
     steps: dict[str, np.ndarray]
     last: dict[str, np.ndarray] = field(default_factory=dict)
-    moments: dict[str, Moments] = field(default_factory=dict)
+    moments: dict[str, list[Moments]] = field(default_factory=dict)
 
     @property
     def shape(self) -> tuple[int, int]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -19,6 +19,9 @@ from kilorl.algos import keys
 from kilorl.core import GradientSync, Rollout, StepRecorder
 from kilorl.envs.normalization import Moments, RunningMeanStd
 from kilorl.models import build_actor_critic
+
+if TYPE_CHECKING:
+    from kilorl.config import Config
 
 torch.distributions.Distribution.set_default_validate_args(False)
 
@@ -41,7 +44,7 @@ def adam(params: list[torch.nn.Parameter], lr: float) -> torch.optim.Optimizer:
 class ActorCriticState:
     """Model, optimizer and normalizer statistics of one learner rank, kept identical across ranks."""
 
-    def __init__(self, cfg: Any, obs_space: gym.Space, action_space: gym.Space, grad_sync: GradientSync,
+    def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, grad_sync: GradientSync,
                  make_optimizer: Callable[[list[torch.nn.Parameter], float], torch.optim.Optimizer] = adam) -> None:
         self.cfg, self.grad_sync = cfg, grad_sync
         self.device = pick_device(cfg.train.device)
@@ -101,7 +104,7 @@ class ActorCriticState:
     def merge_moments(self, rollout: Rollout) -> None:
         """Fold the actors' raw observation/return moments (all ranks') into the statistics."""
         for rms, key in ((self.obs_rms, keys.OBS_MOMENTS), (self.ret_rms, keys.RET_MOMENTS)):
-            parts: list[Moments] = rollout.moments.get(key, [])  # type: ignore[assignment]
+            parts = rollout.moments.get(key, [])
             if not parts:
                 continue
             counts = np.array([m.count for m in parts], np.float64)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -21,6 +21,9 @@ from kilorl.comm import init_process_group
 from kilorl.core import GradientSync, Learner, ParameterStore, Rollout
 from kilorl.envs import make_env
 from kilorl.roles.grad_sync import AllReduceSync
+
+if TYPE_CHECKING:
+    from kilorl.config import Config
 
 
 def merge_rollouts(rollouts: list[Rollout]) -> Rollout:
@@ -35,7 +38,7 @@ def merge_rollouts(rollouts: list[Rollout]) -> Rollout:
     )
 
 
-def env_spaces(cfg: Any) -> tuple[gym.Space, gym.Space]:
+def env_spaces(cfg: Config) -> tuple[gym.Space, gym.Space]:
     """Observation and action space of the run's environment (built once, then closed)."""
     probe = make_env(cfg.env.id, cfg.env.kwargs, cfg.env.max_episode_steps)
     try:
@@ -49,7 +52,7 @@ class LearnerRole(Learner):
 
     def __init__(
         self,
-        cfg: Any,
+        cfg: Config,
         store: ParameterStore,
         rank: int = 0,
         world: int = 1,
