@@ -48,7 +48,7 @@ def config_warnings(cfg: Config) -> list[str]:
                    "backward pass (overlap arrives with DDP-bucketed learner communication)")
     if cfg.train.pipeline_depth >= cfg.iterations > 0:
         out.append(f"train.pipeline_depth={cfg.train.pipeline_depth} is not below the run's {cfg.iterations} "
-                   f"iteration(s): every rollout is collected with the initial parameters")
+                   f"iteration(s): every rollout may be collected before the first update")
     return out
 
 
