@@ -421,6 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kilorl-override", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                    help="extra -o override for every kiloRL run (repeatable; recorded in the JSON)")
     p.add_argument("--json-out", type=Path, help="write all runs and summaries here as JSON")
+    p.add_argument("--no-bare-ray", action="store_true",
+                   help="skip the bare ray.init() + first actor baseline measured before each seed's pair")
     p.add_argument("--work-dir", type=Path, help="where run directories go (default runs/ppo_vs_peers/<time>)")
     return p
 
@@ -459,7 +461,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         budget = args.budget_s or env.budget_s
         results: list[RunResult] = []
+        bare: list[float] = []
         for i, seed in enumerate(args.seeds):
+            if "kiloRL" in args.frameworks and not args.no_bare_ray:
+                bare.append(bare_ray()["ray_s"])  # the baseline start-up, measured between the pairs
             order = ("kiloRL", "SB3") if i % 2 == 0 else ("SB3", "kiloRL")
             for fw in (f for f in order if f in args.frameworks):
                 print(f"[{datetime.now(UTC):%H:%M:%S}] {env.gym_id} {fw} seed {seed} ...", file=sys.stderr, flush=True)
@@ -472,10 +477,14 @@ def main(argv: list[str] | None = None) -> int:
                       f"stop={r.stop_reason}" + (f" error={r.error}" if r.error else ""), file=sys.stderr, flush=True)
         summary = summarize(results)
         print(markdown(env, results, summary, budget, _shown(config), args.kilorl_override) + "\n", flush=True)
+        startup = startup_goal(summary, bare) if bare else None
+        if startup:
+            print(startup["line"] + "\n", flush=True)
         report["envs"][key] = {
             "gym_id": env.gym_id, "threshold": env.threshold, "budget_s": budget, "kilorl_config": _shown(config),
             "kilorl_overrides": args.kilorl_override,
-            "runs": [asdict(r) for r in results],
+            "runs": [asdict(r) for r in results], "bare_ray_startup_s": bare,
+            "startup_goal": startup,
             "summary": {k: asdict(v) if isinstance(v, FrameworkSummary) else v for k, v in summary.items()},
         }
         if key == "cartpole" and summary.get("ratio", {}).get("time") is not None:
@@ -486,6 +495,29 @@ def main(argv: list[str] | None = None) -> int:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
         args.json_out.write_text(json.dumps(_json_safe(report), indent=2) + "\n")
     return 0
+
+
+def bare_ray() -> dict[str, float]:
+    """``ray.init()`` + one trivial actor in a fresh process (``startup_breakdown.py``'s baseline)."""
+    sys.path.insert(0, str(HERE))
+    try:
+        from startup_breakdown import bare_ray as measure
+    finally:
+        sys.path.remove(str(HERE))
+    return measure()
+
+
+def startup_goal(summary: dict[str, Any], bare: list[float]) -> dict[str, Any] | None:
+    """The issue's start-up goal: kiloRL's median start-up <= bare Ray's median + 1.5 s."""
+    k = summary.get("kiloRL")
+    if k is None or k.median_startup_s is None or not bare:
+        return None
+    base = statistics.median(bare)
+    met = k.median_startup_s <= base + 1.5
+    line = (f"Start-up: kiloRL median {k.median_startup_s:.2f} s vs bare ray.init() + first actor median {base:.2f} s "
+            f"(same run, {len(bare)} measurements): excess {k.median_startup_s - base:+.2f} s, goal <= +1.5 s "
+            f"{'met' if met else 'NOT met'}.")
+    return {"kilorl_median_s": k.median_startup_s, "bare_ray_median_s": base, "met": met, "line": line}
 
 
 def _shown(path: Path) -> str:

@@ -44,7 +44,7 @@ class Rollout:
 
     steps: dict[str, np.ndarray]
     last: dict[str, np.ndarray] = field(default_factory=dict)
-    moments: dict[str, Moments] = field(default_factory=dict)
+    moments: dict[str, list[Moments]] = field(default_factory=dict)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -181,6 +181,9 @@ class AlgorithmLearner(abc.ABC):
     @abc.abstractmethod
     def update(self, rollout: Rollout, env_steps_total: int) -> dict[str, float]:
         """One update on ``rollout`` (``[T, N]``); returns scalar statistics."""
+
+    def warm_up(self) -> None:  # noqa: B027 - optional hook, empty by default
+        """Slow one-off preparation that may run while the first rollout is collected."""
 
     @abc.abstractmethod
     def weights(self) -> dict[str, np.ndarray]:

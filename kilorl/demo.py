@@ -20,7 +20,7 @@ def main() -> int:
     print(f"kiloRL demo: training PPO from {config} (embedded Ray, 1 actor + 1 learner + 1 parameter server)")
     result = Trainer(load_config(config), run_dir).fit()
     print(f"trained {result.env_steps:,} env steps in {result.wall_time:.1f}s "
-          f"(Ray start-up {result.startup_s:.1f}s); rolling return {result.episode_return_mean:.1f}")
+          f"(start-up {result.startup_s:.1f}s); rolling return {result.episode_return_mean:.1f}")
     ev = evaluate(result.checkpoint, episodes=20)
     plot = plot_runs([run_dir], run_dir / "curves.png")
     print("\n=== result ===")

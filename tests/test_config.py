@@ -78,7 +78,8 @@ def test_overrides_parse_yaml_values():
 
 
 def test_examples_load(tmp_path):
-    for name in ("cartpole_ppo.yaml", "lunarlander_ppo.yaml", "pendulum_ppo.yaml"):
+    for name in ("cartpole_ppo.yaml", "lunarlander_ppo.yaml", "pendulum_ppo.yaml", "cartpole_a2c.yaml",
+                 "plan_1024.yaml", "plan_1024_small.yaml"):
         cfg = load_config(EXAMPLES / name)
         assert cfg.train.total_env_steps > 0
 
@@ -96,3 +97,37 @@ def test_cli_exits_2_naming_the_field(tmp_path, kilorl_cli):
     bad.write_text("env:\n  id: NoSuchEnv-v9\n")
     res = kilorl_cli("train", str(bad))
     assert res.returncode == 2 and "env.id" in res.stderr and "NoSuchEnv-v9" in res.stderr
+
+
+def test_user_train_keys_validate_as_written():
+    cfg = config_from_dict({"env": {"id": "CartPole-v1"}, "train": {
+        "gradient_accumulation_steps": 4, "pipeline_depth": 8, "overlap_compute_comm": True, "mixed_precision": "bf16"}})
+    assert (cfg.train.gradient_accumulation_steps, cfg.train.pipeline_depth) == (4, 8)
+    assert cfg.train.overlap_compute_comm is True and cfg.train.mixed_precision == "bf16"
+
+
+def test_pipeline_depth_has_no_artificial_maximum_but_must_be_non_negative():
+    assert config_from_dict({"env": {"id": "CartPole-v1"}, "train": {"pipeline_depth": 64}}).train.pipeline_depth == 64
+    with pytest.raises(ConfigError, match=r"train\.pipeline_depth: .*greater than or equal to 0"):
+        config_from_dict({"env": {"id": "CartPole-v1"}, "train": {"pipeline_depth": -1}})
+
+
+def test_moved_field_names_its_new_place():
+    with pytest.raises(ConfigError, match=r"parallelism\.pipeline_depth: moved to train\.pipeline_depth"):
+        config_from_dict({"env": {"id": "CartPole-v1"}, "parallelism": {"pipeline_depth": 1}})
+
+
+def test_deep_pipeline_on_a_short_run_is_warned_about():
+    from kilorl.trainer.trainer import config_warnings
+
+    cfg = config_from_dict({"env": {"id": "CartPole-v1"}, "train": {"pipeline_depth": 8, "total_env_steps": 2048}})
+    assert any("pipeline_depth=8 is not below the run's 2 iteration" in w for w in config_warnings(cfg))
+
+
+def test_every_algorithm_field_is_documented():
+    from kilorl.algos import get, names
+
+    for name in names():
+        config = get(name).load("config")
+        for field_name, field in config.model_fields.items():
+            assert field.description, f"algo ({name}).{field_name} has no docstring"

@@ -7,8 +7,9 @@ only their update. The recorder records V(s) (and the action's log-prob where as
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -18,6 +19,9 @@ from kilorl.algos import keys
 from kilorl.core import GradientSync, Rollout, StepRecorder
 from kilorl.envs.normalization import Moments, RunningMeanStd
 from kilorl.models import build_actor_critic
+
+if TYPE_CHECKING:
+    from kilorl.config import Config
 
 torch.distributions.Distribution.set_default_validate_args(False)
 
@@ -40,19 +44,36 @@ def adam(params: list[torch.nn.Parameter], lr: float) -> torch.optim.Optimizer:
 class ActorCriticState:
     """Model, optimizer and normalizer statistics of one learner rank, kept identical across ranks."""
 
-    def __init__(self, cfg: Any, obs_space: gym.Space, action_space: gym.Space, grad_sync: GradientSync,
+    def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, grad_sync: GradientSync,
                  make_optimizer: Callable[[list[torch.nn.Parameter], float], torch.optim.Optimizer] = adam) -> None:
         self.cfg, self.grad_sync = cfg, grad_sync
         self.device = pick_device(cfg.train.device)
         self.model = build_actor_critic(obs_space, action_space, cfg.model).to(self.device)
         self.module = grad_sync.prepare(self.model)
         self.params = list(self.model.parameters())
-        self.optimizer = make_optimizer(self.params, cfg.algo.lr)
+        self._make_optimizer = make_optimizer
+        self._optimizer: torch.optim.Optimizer | None = None
+        self._optimizer_lock = threading.Lock()
         self.obs_rms = RunningMeanStd(obs_space.shape)
         self.ret_rms = RunningMeanStd(())
         self.env_steps = 0
         self.updates = 0
         self.autocast_on = cfg.train.mixed_precision == "bf16"
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """Built on first use: a torch optimizer's first call imports torch._dynamo (seconds),
+        which need not delay the first publish (see ``warm_up``)."""
+        with self._optimizer_lock:
+            if self._optimizer is None:
+                self._optimizer = self._make_optimizer(self.params, self.cfg.algo.lr)
+            return self._optimizer
+
+    def warm_up(self) -> None:
+        """Build the optimizer and import what its first step imports (run while actors collect)."""
+        import torch._dynamo  # noqa: F401 - the import is the point
+
+        self.optimizer.zero_grad(set_to_none=True)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         if not self.autocast_on:
@@ -83,7 +104,7 @@ class ActorCriticState:
     def merge_moments(self, rollout: Rollout) -> None:
         """Fold the actors' raw observation/return moments (all ranks') into the statistics."""
         for rms, key in ((self.obs_rms, keys.OBS_MOMENTS), (self.ret_rms, keys.RET_MOMENTS)):
-            parts: list[Moments] = rollout.moments.get(key, [])  # type: ignore[assignment]
+            parts = rollout.moments.get(key, [])
             if not parts:
                 continue
             counts = np.array([m.count for m in parts], np.float64)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 from kilorl.config import ConfigError
 
@@ -38,9 +39,16 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    warnings.showwarning = _plain_warning
     result = trainer.fit()
     ret = "n/a" if result.episode_return_mean is None else f"{result.episode_return_mean:.1f}"
     print(f"done: {result.env_steps} env steps in {result.wall_time:.1f}s (startup {result.startup_s:.1f}s), "
           f"return (last {trainer.cfg.logging.return_window} episodes) {ret}")
     print(f"run dir: {result.run_dir}\ncheckpoint: {result.checkpoint}")
     return 0
+
+
+def _plain_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                   file: object = None, line: str | None = None) -> None:
+    """``warning: ...`` on stderr, without the source line Python would print."""
+    print(f"warning: {message}", file=sys.stderr, flush=True)

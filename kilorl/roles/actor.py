@@ -8,7 +8,7 @@ is the same for every on-policy algorithm. Rollouts stay ``[T, N, ...]``.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -19,6 +19,9 @@ from kilorl.core import Actor, ParameterStore, Rollout, RolloutInfo
 from kilorl.envs import make_vector_env
 from kilorl.envs.normalization import Moments, normalize
 
+if TYPE_CHECKING:
+    from kilorl.config import Config
+
 
 class RolloutWorker(Actor):
     """Collects ``rollout_length`` steps from ``envs_per_actor`` environments per call.
@@ -28,7 +31,7 @@ class RolloutWorker(Actor):
     return moments go back with the rollout so the learner can merge normalizer stats.
     """
 
-    def __init__(self, cfg: Any, store: ParameterStore, index: int, seed: int) -> None:
+    def __init__(self, cfg: Config, store: ParameterStore, index: int, seed: int) -> None:
         torch.set_num_threads(cfg.train.torch_threads)
         torch.manual_seed(seed)
         self.cfg, self.store, self.index = cfg, store, index

@@ -7,8 +7,9 @@ stays ``[T, N_total]``) and publishes what the algorithm's ``weights()`` returns
 
 from __future__ import annotations
 
+import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -20,6 +21,9 @@ from kilorl.comm import init_process_group
 from kilorl.core import GradientSync, Learner, ParameterStore, Rollout
 from kilorl.envs import make_env
 from kilorl.roles.grad_sync import AllReduceSync
+
+if TYPE_CHECKING:
+    from kilorl.config import Config
 
 
 def merge_rollouts(rollouts: list[Rollout]) -> Rollout:
@@ -34,7 +38,7 @@ def merge_rollouts(rollouts: list[Rollout]) -> Rollout:
     )
 
 
-def env_spaces(cfg: Any) -> tuple[gym.Space, gym.Space]:
+def env_spaces(cfg: Config) -> tuple[gym.Space, gym.Space]:
     """Observation and action space of the run's environment (built once, then closed)."""
     probe = make_env(cfg.env.id, cfg.env.kwargs, cfg.env.max_episode_steps)
     try:
@@ -48,7 +52,7 @@ class LearnerRole(Learner):
 
     def __init__(
         self,
-        cfg: Any,
+        cfg: Config,
         store: ParameterStore,
         rank: int = 0,
         world: int = 1,
@@ -69,12 +73,20 @@ class LearnerRole(Learner):
         self.algorithm = get_algorithm(cfg.algo.name).load("learner")(cfg, obs_space, action_space, self.grad_sync)
         if state is not None:
             self.algorithm.load_state(state)
+        self._warm_up: threading.Thread | None = None
 
     def publish(self, version: int) -> None:
         if self.rank == 0:
             self.store.publish(keys.POLICY, version, self.algorithm.weights())
+        if self._warm_up is None:
+            # Actors can start the first rollout now; the algorithm's slow one-off set-up
+            # (the optimizer's first-call imports) runs meanwhile, off the start-up path.
+            self._warm_up = threading.Thread(target=self.algorithm.warm_up, name="kilorl-warm-up", daemon=True)
+            self._warm_up.start()
 
     def update(self, version: int, env_steps_total: int, *rollouts: Rollout) -> dict[str, float]:
+        if self._warm_up is not None:
+            self._warm_up.join()
         t0 = time.perf_counter()
         stats = self.algorithm.update(merge_rollouts(list(rollouts)), env_steps_total)
         t1 = time.perf_counter()

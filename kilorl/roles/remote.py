@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kilorl.core import Actor, Learner, Rollout, RolloutInfo
 
-class ActorProcess:
+
+class ActorProcess(Actor):
     """A ``RolloutWorker`` built in the Ray actor's process."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -21,11 +23,11 @@ class ActorProcess:
     def ready(self) -> int:
         return self._role.ready()
 
-    def collect(self, min_version: int) -> tuple[Any, Any]:
+    def collect(self, min_version: int) -> tuple[Rollout, RolloutInfo]:
         return self._role.collect(min_version)
 
 
-class LearnerProcess:
+class LearnerProcess(Learner):
     """A ``LearnerRole`` built in the Ray actor's process."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -36,7 +38,7 @@ class LearnerProcess:
     def publish(self, version: int) -> None:
         self._role.publish(version)
 
-    def update(self, version: int, env_steps_total: int, *rollouts: Any) -> dict[str, float]:
+    def update(self, version: int, env_steps_total: int, *rollouts: Rollout) -> dict[str, float]:
         return self._role.update(version, env_steps_total, *rollouts)
 
     def state(self) -> dict[str, Any]:

@@ -94,8 +94,7 @@ class RoleSession:
             self.actors.append(actor_cls.remote(cfg, self.store, i, seed=seed))
         # All roles start in parallel; start-up ends when every one is built and the first
         # version is published, so process spawn and imports are not counted as training.
-        waits = {"learner 0 (first publish)": self.learners[0].publish.remote(self.iteration)}
-        waits.update({f"learner {r}": h.__ray_ready__.remote() for r, h in enumerate(self.learners[1:], 1)})
+        waits = {f"learner {r}": h.publish.remote(self.iteration) for r, h in enumerate(self.learners)}
         waits.update({f"actor {i}": h.ready.remote() for i, h in enumerate(self.actors)})
         self._wait_all(waits)
         self.times.spawn_s = time.perf_counter() - t1

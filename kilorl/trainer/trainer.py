@@ -48,8 +48,15 @@ def config_warnings(cfg: Config) -> list[str]:
                    "backward pass (overlap arrives with DDP-bucketed learner communication)")
     if cfg.train.pipeline_depth >= cfg.iterations > 0:
         out.append(f"train.pipeline_depth={cfg.train.pipeline_depth} is not below the run's {cfg.iterations} "
-                   f"iteration(s): every rollout is collected with the initial parameters")
+                   f"iteration(s): every rollout may be collected before the first update")
     return out
+
+
+def _process_age() -> float:
+    """Seconds since this process started (interpreter and imports included)."""
+    import psutil
+
+    return time.time() - psutil.Process().create_time()
 
 
 class Trainer:
@@ -103,7 +110,8 @@ class Trainer:
             ckpt = Checkpointer(self.run_dir, cfg.checkpoint.every_env_steps, cfg.checkpoint.keep,
                                 cfg.model_dump(mode="json"), env_steps)
             metrics = MetricsWriter(self.run_dir, cfg.train.total_env_steps, cfg.logging.tensorboard, cfg.logging.progress)
-            reporter = Reporter(cfg, metrics, meta, t_start, {"startup_s": startup_s, **roles.times.as_row()})
+            startup = {"startup_s": startup_s, "startup_process_s": _process_age(), **roles.times.as_row()}
+            reporter = Reporter(cfg, metrics, meta, t_start, startup)
             try:
                 env_steps, iteration = self._train(roles, OnPolicyLoop(cfg, roles, iteration, env_steps), reporter, ckpt)
             finally:

@@ -105,3 +105,43 @@ def test_continuous_actions_with_normalizers_merged_from_actors(ray_local, tmp_p
     assert np.all(np.abs(state["obs_rms"]["mean"][:2]) <= 1) and np.all(state["obs_rms"]["var"][:2] <= 1)
     assert float(state["ret_rms"]["count"][0]) >= 1024 and float(np.asarray(state["ret_rms"]["var"])) > 0
     assert meta["env_steps"] == 1024
+
+
+def test_a2c_trains_on_the_same_trainer(ray_local, tmp_path):
+    """The second algorithm runs through the unchanged trainer and roles, and learns."""
+    from kilorl.config import load_config
+
+    cfg = load_config(EXAMPLES / "cartpole_a2c.yaml", ["train.total_env_steps=60000", "logging.progress=false",
+                                                       "logging.tensorboard=false", "logging.report_every_s=0"])
+    result = Trainer(cfg, tmp_path / "run").fit()
+    rows = read_metrics(tmp_path / "run")
+    assert result.env_steps >= 60_000 and rows[-1]["policy_lag"] == 0
+    assert result.episode_return_mean > 4 * RANDOM_CARTPOLE_RETURN
+
+
+@pytest.mark.slow
+def test_a2c_example_reaches_475(ray_local, tmp_path):
+    from kilorl.config import load_config
+
+    cfg = load_config(EXAMPLES / "cartpole_a2c.yaml", ["logging.progress=false", "logging.tensorboard=false"])
+    result = Trainer(cfg, tmp_path / "run").fit()
+    assert evaluate(result.checkpoint, episodes=20).episode_return_mean >= 475
+
+
+def test_overlap_compute_comm_warns_that_it_is_not_active(ray_local, tmp_path):
+    cfg = tiny_config(train={"total_env_steps": 256, "overlap_compute_comm": True})
+    with pytest.warns(UserWarning, match="overlap_compute_comm=true is not active yet"):
+        Trainer(cfg, tmp_path / "run").fit()
+
+
+def test_scaled_down_seed_config_trains_here(ray_local, tmp_path):
+    """examples/plan_1024_small.yaml: 2 learners, 4 actors, accumulation 4, depth 8, bf16, overlap asked."""
+    from kilorl.config import load_config
+
+    cfg = load_config(EXAMPLES / "plan_1024_small.yaml", ["train.total_env_steps=4096", "logging.progress=false",
+                                                          "logging.tensorboard=false", "logging.report_every_s=0"])
+    with pytest.warns(UserWarning, match="overlap_compute_comm"):
+        result = Trainer(cfg, tmp_path / "run").fit()
+    rows = read_metrics(tmp_path / "run")
+    assert result.env_steps == 4096 and len(rows) == 4096 // cfg.batch_size
+    assert all(np.isfinite(r["grad_norm"]) and r["comm_bytes_sent"] > 0 for r in rows)  # 2 learners all-reduced

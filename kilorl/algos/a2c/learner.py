@@ -7,7 +7,7 @@ trainer and roles with no change to either.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -18,6 +18,9 @@ from kilorl.algos.actor_critic import ActorCriticState, adam, explained_variance
 from kilorl.algos.gae import compute_gae
 from kilorl.core import AlgorithmLearner, GradientSync, Rollout
 
+if TYPE_CHECKING:
+    from kilorl.config import Config
+
 
 def rmsprop(params: list[torch.nn.Parameter], lr: float) -> torch.optim.Optimizer:
     """RMSprop as the A2C paper and SB3 configure it (alpha 0.99, eps 1e-5)."""
@@ -27,7 +30,7 @@ def rmsprop(params: list[torch.nn.Parameter], lr: float) -> torch.optim.Optimize
 class A2CLearner(AlgorithmLearner):
     """Policy loss -A log pi(a|s), value loss (V - R)^2, entropy bonus; one step per rollout."""
 
-    def __init__(self, cfg: Any, obs_space: gym.Space, action_space: gym.Space, grad_sync: GradientSync) -> None:
+    def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, grad_sync: GradientSync) -> None:
         self.cfg, self.algo = cfg, cfg.algo
         make_opt = rmsprop if cfg.algo.optimizer == "rmsprop" else adam
         self.ac = ActorCriticState(cfg, obs_space, action_space, grad_sync, make_opt)
@@ -66,6 +69,9 @@ class A2CLearner(AlgorithmLearner):
         ac.updates += 1
         return {**totals, "lr": lr, "grad_norm": float(grad_norm),
                 "explained_variance": explained_variance(ret, steps[keys.VALUES])}
+
+    def warm_up(self) -> None:
+        self.ac.warm_up()
 
     def weights(self) -> dict[str, np.ndarray]:
         return self.ac.weights()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -15,6 +15,9 @@ from kilorl.algos.gae import compute_gae
 from kilorl.algos.ppo.loss import ppo_loss
 from kilorl.core import AlgorithmLearner, GradientSync, Rollout
 
+if TYPE_CHECKING:
+    from kilorl.config import Config
+
 _STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 
 
@@ -22,7 +25,7 @@ class PPOLearner(AlgorithmLearner):
     """With several learners each rank holds a shard of the batch; ``grad_sync`` averages
     gradients (and the early-stopping KL) so every rank takes the identical step."""
 
-    def __init__(self, cfg: Any, obs_space: gym.Space, action_space: gym.Space, grad_sync: GradientSync) -> None:
+    def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, grad_sync: GradientSync) -> None:
         self.cfg, self.algo = cfg, cfg.algo
         self.ac = ActorCriticState(cfg, obs_space, action_space, grad_sync)
 
@@ -89,6 +92,9 @@ class PPOLearner(AlgorithmLearner):
             for k, v in zip(_STATS, (loss.policy, loss.value, loss.entropy, loss.approx_kl, loss.clip_fraction)):
                 stats[k].append(v.detach())
             epoch_kl.append(loss.approx_kl)
+
+    def warm_up(self) -> None:
+        self.ac.warm_up()
 
     def weights(self) -> dict[str, np.ndarray]:
         return self.ac.weights()
