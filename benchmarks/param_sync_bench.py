@@ -92,7 +92,7 @@ def bench_store(ray, actors_n: int, shapes, versions: int, address: str, token: 
                 self.ps.fetch_into(name, self.model, version=v)
                 got.append(time.monotonic())
                 assert float(self.model["t0"][0].reshape(-1)[0]) == float(v)  # the new weights are in
-                self.acks.publish(f"{name}/ack/{self.rank}", v, b"")
+                self.acks.publish(f"{name}/ack/{self.rank}", b"", version=v)
             return got
 
     actors = [Reader.remote(i) for i in range(actors_n)]

@@ -68,8 +68,8 @@ class StoreParameterStore:
         layout = FlatLayout.of(tensors, self.num_shards)
         kw = {} if self.write_mode is None else {"write_mode": self.write_mode}
         for k, shard in enumerate(pack(tensors, layout)):
-            self.client.publish(shard_key(name, k), version, np.frombuffer(shard, dtype=np.uint8), **kw)
-        self.client.publish(layout_key(name), version, json.dumps(layout.to_json()).encode(), **kw)
+            self.client.publish(shard_key(name, k), np.frombuffer(shard, dtype=np.uint8), version=version, **kw)
+        self.client.publish(layout_key(name), json.dumps(layout.to_json()).encode(), version=version, **kw)
 
     # -- readers ---------------------------------------------------------------------
     def latest_version(self, name: str) -> int | None:
@@ -117,12 +117,13 @@ class StoreParameterStore:
         raise AssertionError("unreachable")
 
     def _fetch_ranges(self, name: str, version: int, plan: ReadPlan) -> list[Any]:
-        """The bytes of every request of ``plan``, in order (zero-copy views where the store gives them)."""
-        by_shard: dict[int, Any] = {}
-        for r in plan.requests:
-            if r.shard not in by_shard:
-                by_shard[r.shard] = memoryview(self.client.get_version(shard_key(name, r.shard), version).value).cast("B")
-        return [by_shard[r.shard][r.offset:r.offset + r.length] for r in plan.requests]
+        """The bytes of every request of ``plan``, in order: one ranged read per shard, so only
+        the requested bytes move from a remote holder (zero-copy views on the node)."""
+        got: dict[tuple[int, int, int], Any] = {}
+        for shard, ranges in plan.ranges_by_shard().items():
+            buffers = self.client.get_version(shard_key(name, shard), version, ranges=ranges).value
+            got.update({(shard, off, n): buf for (off, n), buf in zip(ranges, buffers)})
+        return [got[(r.shard, r.offset, r.length)] for r in plan.requests]
 
 
 def _reader_layout(layout: ReaderLayout | Sequence[str] | None) -> ReaderLayout | None:

@@ -31,6 +31,6 @@ def requests_from_config(cfg: Config) -> list[Any]:
 
 def plan(cfg: Config, topology: Any, policy: str = "binpack-topo", gradient_bytes: float = 400e6) -> Any:
     """Place the config's roles on ``topology``; raises ``PlacementError`` when they do not fit."""
-    from kilorl.placement import ClusterState, place
+    from kilorl.placement import CapacityState, place
 
-    return place(ClusterState(topology), requests_from_config(cfg), policy, gradient_bytes=gradient_bytes)
+    return place(CapacityState(topology), requests_from_config(cfg), policy, gradient_bytes=gradient_bytes)

@@ -28,9 +28,10 @@ ALLOWED: dict[str, set[str]] = {
     "server": {"local", "wire", "errors"},
     "mesh": {"server", "local", "metastore", "wire", "errors"},
     "client": {"wire", "errors"},
-    # The openYuanrong-compatible API sits on the client like any user code.
-    "facade": {"client", "wire", "errors"},
-    "yuanrong": {"client", "wire", "errors", "facade"},
+    # The openYuanrong-compatible API sits on the client like any user code; ``facade`` is
+    # its old name, kept as an alias.
+    "yuanrong": {"client", "wire", "errors"},
+    "facade": {"yuanrong", "client", "wire", "errors"},
     "package": {"errors", "client", "local", "facade"},
 }
 

@@ -13,7 +13,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from kilorl.store import KeyNotFound, StoreClient, StoreTimeout
+from kilorl.store.client import StoreClient
+from kilorl.store.errors import KeyNotFound, StoreTimeout
 from kilorl.store.yuanrong.errors import DsNotReady, invalid, translated
 from kilorl.store.yuanrong.util import Status, Validator
 

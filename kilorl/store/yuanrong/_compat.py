@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from kilorl.store import StoreClient
+from kilorl.store.client import StoreClient
 from kilorl.store.yuanrong.errors import DsRuntimeError, invalid, translated
 
 

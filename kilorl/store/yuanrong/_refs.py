@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from kilorl.store import StoreClient
+from kilorl.store.client import StoreClient
 from kilorl.store.yuanrong.errors import translated
 
 PREFIX = "__yr__/"

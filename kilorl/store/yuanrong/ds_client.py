@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kilorl.store import StoreClient
+from kilorl.store.client import StoreClient
 from kilorl.store.yuanrong.hetero_client import HeteroClient
 from kilorl.store.yuanrong.kv_client import KVClient
 from kilorl.store.yuanrong.object_client import ObjectClient

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from kilorl.store import (
+from kilorl.store.errors import (
     AuthError,
     ConfigError,
     ConnectionLost,

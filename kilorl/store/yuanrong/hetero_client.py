@@ -1,7 +1,7 @@
 """``HeteroClient``: host<->device transfers (``mset_d2h`` / ``mget_h2d``) and device
 objects (``dev_mset`` / ``dev_mget``), synchronous or as ``Future``s.
 
-A key's blobs are one kiloRL object (see ``_blobs``): ``mset_d2h`` keeps it in host
+A key's blobs are one kiloRL object (see ``blob_codec``): ``mset_d2h`` keeps it in host
 memory tiers, ``dev_mset`` in the worker's device tier when it has one. Reads copy into
 the caller's blobs, starting at ``DeviceBlobList.src_offset`` bytes into the object.
 """
@@ -13,8 +13,8 @@ import threading
 import uuid
 from typing import Any
 
-from kilorl.store import StoreError
-from kilorl.store.yuanrong import _blobs
+from kilorl.store.errors import StoreError
+from kilorl.store.yuanrong import blob_codec
 from kilorl.store.yuanrong._base import Connected, check_keys
 from kilorl.store.yuanrong._compat import exists_many
 from kilorl.store.yuanrong.errors import (
@@ -32,20 +32,20 @@ class Blob:
     """One buffer: ``Blob(dev_ptr, size)`` (CUDA pointers), or ``Blob(tensor[, nbytes])``."""
 
     def __init__(self, dev_ptr: Any, size: int | None = None):
-        _blobs.check_pointer(dev_ptr, size)
+        blob_codec.check_pointer(dev_ptr, size)
         self.dev_ptr, self.size = dev_ptr, size
 
     def set_dev_ptr(self, dev_ptr: Any) -> None:
-        _blobs.check_pointer(dev_ptr, self.size)
+        blob_codec.check_pointer(dev_ptr, self.size)
         self.dev_ptr = dev_ptr
 
     def set_size(self, size: int) -> None:
-        _blobs.check_pointer(self.dev_ptr, size)
+        blob_codec.check_pointer(self.dev_ptr, size)
         self.size = size
 
     def view(self) -> Any:
         """The blob's bytes as a flat uint8 tensor over the caller's memory."""
-        return _blobs.blob_bytes(self.dev_ptr, self.size)
+        return blob_codec.blob_bytes(self.dev_ptr, self.size)
 
 
 class DeviceBlobList:
@@ -148,7 +148,7 @@ class HeteroClient(Connected):
             if present:
                 failed.append(key)
                 continue
-            value = _blobs.pack(bl.views())
+            value = blob_codec.pack(bl.views())
             with translated():
                 self.store.set(key, value, write_mode=mode, ttl=param.ttl_second or None, tier=tier)
         return failed
@@ -192,7 +192,7 @@ class HeteroClient(Connected):
             try:
                 if value is None:
                     raise invalid(f"key {key!r} not found")
-                _blobs.unpack_into(value, bl.views(), bl.src_offset)
+                blob_codec.unpack_into(value, bl.views(), bl.src_offset)
             except (StoreError, RuntimeError):
                 failed.append(key)
         if len(failed) == len(keys):
@@ -234,7 +234,7 @@ class HeteroClient(Connected):
             try:
                 if value is None:
                     raise invalid(f"key {key!r} not found")
-                infos.append(MetaInfo(_blobs.sizes_of(value)))
+                infos.append(MetaInfo(blob_codec.sizes_of(value)))
             except RuntimeError:
                 failed.append(key)
         return failed, infos

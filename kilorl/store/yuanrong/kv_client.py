@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from kilorl.store import KeyNotFound, StoreError
+from kilorl.store.errors import KeyNotFound, StoreError
 from kilorl.store.yuanrong._base import Connected, check_keys
 from kilorl.store.yuanrong._compat import as_bytes_view, exists_many, read_range
 from kilorl.store.yuanrong._latch import latch_for
 from kilorl.store.yuanrong._owned import owned_bytes
 from kilorl.store.yuanrong.errors import DsRuntimeError, convert, invalid, not_found, translated
-from kilorl.store.yuanrong.object_client import _NATIVE_MODE, CacheType, WriteMode, native_mode
+from kilorl.store.yuanrong.object_client import NATIVE_MODE, CacheType, WriteMode, native_mode
 from kilorl.store.yuanrong.util import Validator
 
 DEFAULT_FAST_TRANSPORT_MEM_SIZE = 256 * 1024 * 1024
@@ -163,7 +163,7 @@ class KVClient(Connected):
         if (val.nbytes if type(val) is memoryview else len(val)) == 0:
             raise invalid("The dataSize value should be bigger than zero.")
         try:
-            store.set(key, val, write_mode=_NATIVE_MODE[write_mode], ttl=ttl_second or None)
+            store.set(key, val, write_mode=NATIVE_MODE[write_mode], ttl=ttl_second or None)
         except (StoreError, OSError) as exc:
             raise convert(exc) from exc
 

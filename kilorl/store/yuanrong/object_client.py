@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from kilorl.store import WriteMode as NativeWriteMode
+from kilorl.store.client import WriteMode as NativeWriteMode
 from kilorl.store.yuanrong._base import Connected, check_keys
 from kilorl.store.yuanrong._compat import as_bytes_view
 from kilorl.store.yuanrong._latch import latch_for
@@ -35,7 +35,7 @@ class WriteMode(enum.Enum):
     WRITE_BACK_L2_CACHE_EVICT = 4
 
 
-_NATIVE_MODE = {
+NATIVE_MODE = {
     WriteMode.NONE_L2_CACHE: NativeWriteMode.NONE_L2,
     WriteMode.WRITE_THROUGH_L2_CACHE: NativeWriteMode.WRITE_THROUGH_L2,
     WriteMode.WRITE_BACK_L2_CACHE: NativeWriteMode.WRITE_BACK_L2,
@@ -46,7 +46,7 @@ _NATIVE_MODE = {
 
 def native_mode(mode: WriteMode) -> NativeWriteMode:
     Validator.check_args_types([["write_mode", mode, WriteMode]])
-    return _NATIVE_MODE[mode]
+    return NATIVE_MODE[mode]
 
 
 class ConsistencyType(enum.Enum):

@@ -17,7 +17,7 @@ import time
 import weakref
 from typing import Any
 
-from kilorl.store import StoreClient
+from kilorl.store.client import StoreClient
 from kilorl.store.yuanrong._base import Connected
 from kilorl.store.yuanrong._refs import PREFIX
 from kilorl.store.yuanrong.errors import DsRuntimeError, DsTypeError, DsUnsupported, invalid, translated
