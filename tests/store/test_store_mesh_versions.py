@@ -73,8 +73,13 @@ def test_get_version_ranges_pull_only_those_bytes(cluster_of, metastore):
 
 @pytest.mark.timeout(180)
 def test_wait_version_on_c_returns_within_50ms_of_the_publish_on_a(cluster_of, metastore):
-    a, _, c = cluster_of(metastore).start(3)
+    a, b, c = cluster_of(metastore).start(3)
     ca, cc = a.client(), c.client()
+    status = [w.client(zero_copy=False) for w in (a, b, c)]
+
+    def waiters() -> int:  # long polls blocked at the name's owner, wherever it is
+        return sum(s.stats()["cluster"]["version_waiters"] for s in status)
+
     latencies = []
     for v in range(1, 21):
         waiting = threading.Event()
@@ -88,7 +93,7 @@ def test_wait_version_on_c_returns_within_50ms_of_the_publish_on_a(cluster_of, m
         t = threading.Thread(target=wait)
         t.start()
         waiting.wait(5)
-        time.sleep(0.02)  # let the long poll reach the owner; a late waiter would only look faster
+        wait_until(lambda: waiters() == 1, timeout=5, what="C's wait_version blocked at the owner")
         start = time.perf_counter()
         ca.publish("lat", b"x" * 1024)
         t.join(10)

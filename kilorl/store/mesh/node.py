@@ -22,6 +22,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,6 +130,7 @@ class MeshNode(Router):
         self.moves = RingMoves(self.records, self.lock, self.links, self.copies, worker.store, self.leaving,
                                self.counters, self.rescue)
         self.book: VersionBook | None = None  # the mesh history (versions.register sets it)
+        self.status_parts: list[Callable[[], dict[str, Any]]] = []  # more fields for info()
         worker.set_router(self)
         worker.add_service(self)
         # Objects indexed from a shared L2 directory belong to whoever wrote them: in a
@@ -419,6 +421,7 @@ class MeshNode(Router):
                 "records": nrec, "primaries": primaries, "replicas": replicas,
                 "leaving": self.leaving.is_set(), "counters": counters,
                 "last_rebalance_s": self.moves.last_rebalance_s,
+                **{k: v for part in self.status_parts for k, v in part().items()},
                 "metastore": "builtin (head)" if self.cfg.head else (self.cfg.join and f"builtin at {self.cfg.join}")
                 or self.cfg.metastore}
 
