@@ -121,3 +121,47 @@ def test_a_held_version_stays_valid_and_is_reclaimed_only_after_release(cluster_
     gc.collect()
     cc.flush_releases()
     wait_until(lambda: dram_used(cc) <= used_while_held - size, timeout=10, what="version 2 reclaimed on C")
+
+
+@pytest.mark.timeout(180)
+def test_a_new_version_reaches_many_workers_through_the_relay(cluster_of, metastore):
+    """4 workers x 2 readers read a new version at once: the publisher sends at most 2 copies,
+    each worker pulls one copy, and its two readers share it."""
+    cluster = cluster_of(metastore, shm="64MiB")
+    publisher, *others = cluster.start(5)
+    cp = publisher.client()
+    readers = [w.client() for w in others for _ in range(2)]
+    size = 9 * MIB  # three 4 MiB chunks: relays forward chunks while still receiving
+
+    def served(c) -> int:
+        return c.stats()["cluster"]["counters"]["bytes_served"]
+
+    for round_ in range(2):
+        value = payload(round_, size)
+        before = served(cp)
+        relayed_before = sum(served(c) for c in readers[::2])
+        version = cp.publish("model", value)
+        barrier = threading.Barrier(len(readers))
+        results: list = [None] * len(readers)
+
+        def read(i: int, barrier: threading.Barrier = barrier, results: list = results,
+                 value: np.ndarray = value, version: int = version) -> None:
+            barrier.wait()
+            try:
+                got = readers[i].get_version("model", version)
+                results[i] = np.array_equal(got.value, value)
+            except Exception as exc:  # noqa: BLE001
+                results[i] = exc
+
+        threads = [threading.Thread(target=read, args=(i,)) for i in range(len(readers))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert results == [True] * len(readers)
+        sent = served(cp) - before
+        relayed = sum(served(c) for c in readers[::2]) - relayed_before
+        assert len(value) <= sent <= 2 * len(value), f"publisher sent {sent / len(value):.2f}x the version"
+        assert sent + relayed == 4 * len(value)  # one copy per worker, whoever sent it
+        for c in readers:
+            c.flush_releases()
