@@ -72,7 +72,7 @@ class ReadHandle:
 
 
 class ObjectStore:
-    """Object table, tiers and placement of one worker."""
+    """Object table and tiers of one worker, and the moves between tiers."""
 
     def __init__(self, rc: ResolvedConfig, arena: Arena):
         spec = rc.spec
@@ -314,7 +314,7 @@ class ObjectStore:
         self._release_storage(obj)
 
     def acquire(self, key: str, timeout: float | None = None, _retry: bool = True) -> ReadHandle:
-        """A reference to an object's bytes; promotes it first when placement says so.
+        """A reference to an object's bytes; promotes it first when tiering says so.
 
         Files (disk tier, L2) are read outside the lock, into a DRAM region reserved for
         the promotion when there is room, so a large promotion does not stall other requests.
@@ -340,7 +340,7 @@ class ObjectStore:
                 obj.region.refs += 1
                 return ReadHandle(obj.meta, obj.size, "dram", region=obj.region)
             if obj.tier == "device":
-                # The reply decides between a CUDA IPC handle and a host copy (handlers.read_reply).
+                # The reply decides between a CUDA IPC handle and a host copy (server/reads.read_reply).
                 return ReadHandle(obj.meta, obj.size, "device", tensor=obj.tensor)
             src = (obj.tier, obj.disk_path, obj.l2_path, obj.l2_offset)
             region = None

@@ -1,6 +1,6 @@
 """The one interface through which a worker's local operations reach other workers.
 
-A worker alone uses ``LocalRouter`` (every hook a no-op). A multi-node layer gives the
+A worker alone uses the base ``Router`` (every hook a no-op). A multi-node layer gives the
 worker its own router (``Worker.set_router``); the op handlers call the hooks at fixed
 points, so what ``get`` or ``set`` does never depends on the order anything was
 installed in. Hooks are called for user keys only: versioned objects have their own.
@@ -67,4 +67,3 @@ class Router:
         return {}
 
 
-LocalRouter = Router
