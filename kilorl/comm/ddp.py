@@ -49,6 +49,7 @@ class DistributedModel:
         overlap_compute_comm: bool = True,
         process_group: dist.ProcessGroup | None = None,
         device_ids: list[int] | None = None,
+        find_unused_parameters: bool = False,
     ) -> None:
         if not dist.is_initialized():
             raise RuntimeError("DistributedModel needs an initialised process group (kilorl.comm.init_process_group)")
@@ -56,7 +57,8 @@ class DistributedModel:
             raise ValueError(f"bucket_cap_mb must be > 0, got {bucket_cap_mb}")
         self.overlap_compute_comm = overlap_compute_comm
         self.ddp = DistributedDataParallel(
-            module, device_ids=device_ids, process_group=process_group, bucket_cap_mb=bucket_cap_mb
+            module, device_ids=device_ids, process_group=process_group, bucket_cap_mb=bucket_cap_mb,
+            find_unused_parameters=find_unused_parameters,
         )
         self._accumulating = False
         self._grad_sync: GradientSync | None = None

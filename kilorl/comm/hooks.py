@@ -50,6 +50,20 @@ class CommStats:
         """Sent over dense: 1.0 for a dense all-reduce, 0.2 for five times fewer bytes."""
         return self.comm_bytes_sent / self.comm_bytes_dense if self.comm_bytes_dense else 0.0
 
+    @classmethod
+    def total(cls, parts: "list[CommStats]") -> "CommStats":
+        """One report for several synchronisations (the minibatches of an update): bytes and
+        seconds add up, the residual is the latest."""
+        out = cls()
+        for p in parts:
+            out.comm_bytes_dense += p.comm_bytes_dense
+            out.comm_bytes_sent += p.comm_bytes_sent
+            out.comm_bytes_encoded += p.comm_bytes_encoded
+            out.compress_s += p.compress_s
+            out.buckets += p.buckets
+            out.residual_norm = p.residual_norm
+        return out
+
     def as_metrics(self) -> dict[str, float]:
         """The metric names the learners report per update."""
         out = {k: v for k, v in asdict(self).items() if k != "buckets"}

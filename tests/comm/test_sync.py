@@ -51,3 +51,13 @@ def test_bad_bucket_cap_is_an_error_naming_it():
 def test_distributed_model_needs_a_process_group():
     with pytest.raises(RuntimeError, match="process group"):
         DistributedModel(torch.nn.Linear(2, 2))
+
+
+def test_stats_of_several_synchronisations_add_up_and_keep_the_latest_residual():
+    from kilorl.comm import CommStats
+
+    parts = [CommStats(comm_bytes_dense=400, comm_bytes_sent=100, compress_s=0.5, residual_norm=2.0),
+             CommStats(comm_bytes_dense=400, comm_bytes_sent=60, compress_s=0.25, residual_norm=1.0)]
+    total = CommStats.total(parts).as_metrics()
+    assert total["comm_bytes_dense"] == 800 and total["comm_bytes_sent"] == 160
+    assert total["comm_ratio"] == 0.2 and total["compress_s"] == 0.75 and total["residual_norm"] == 1.0
