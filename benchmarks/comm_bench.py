@@ -9,7 +9,7 @@ throughput: GB/s of fp32 gradient processed by each compressor on one core (comp
 select + encode; decode = decode + scatter into a dense tensor), median of ``--runs``.
 overlap: step time (forward + backward + gradient sync + SGD step) of an MLP with two
 1024-wide hidden layers on 2 gloo learners, ``overlap_compute_comm`` on and off (under DDP
-and under GradientSync), then
+and under BucketedAllReduce), then
 each compression method (overlap on), alternating within the same two processes, median
 of ``--runs`` rounds of ``--steps`` steps; on a loaded machine read the per-round ratios
 to the dense overlapped step (each round runs every case back to back). Prints JSON.
@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kilorl.comm import CompressionConfig, DistributedModel, GradientSync  # noqa: E402
+from kilorl.comm import BucketedAllReduce, CompressionConfig, DistributedModel  # noqa: E402
 from kilorl.comm import encoding as enc  # noqa: E402
 from kilorl.comm.compressors import ThresholdTopK  # noqa: E402
 
@@ -121,11 +121,11 @@ def _mlp() -> torch.nn.Module:
                                torch.nn.Linear(1024, 512))
 
 
-OVERLAP_CASES = {  # name -> (DDP or GradientSync, overlap_compute_comm, compression)
+OVERLAP_CASES = {  # name -> (DDP or BucketedAllReduce, overlap_compute_comm, compression)
     "dense, overlap on": ("ddp", True, {}),
     "dense, overlap off": ("ddp", False, {}),
-    "dense, GradientSync overlap on": ("sync", True, {}),
-    "dense, GradientSync overlap off": ("sync", False, {}),
+    "dense, BucketedAllReduce overlap on": ("sync", True, {}),
+    "dense, BucketedAllReduce overlap off": ("sync", False, {}),
     "bf16, overlap on": ("ddp", True, {"method": "bf16"}),
     "powersgd r4, overlap on": ("ddp", True, {"method": "powersgd", "powersgd_rank": 4}),
     "threshold_topk 0.3, overlap on": ("ddp", True, {"method": "threshold_topk", "topk_ratio": 0.3}),
@@ -148,7 +148,7 @@ def _overlap_worker(rank: int, port: int, steps: int, runs: int, bucket_mb: floa
             dm = DistributedModel(net, compression=cfg, bucket_cap_mb=bucket_mb, overlap_compute_comm=overlap)
             models[name] = (dm, dm, torch.optim.SGD(net.parameters(), lr=1e-3))
         else:
-            sync = GradientSync(net.parameters(), cfg, bucket_cap_mb=bucket_mb, overlap_compute_comm=overlap)
+            sync = BucketedAllReduce(net.parameters(), cfg, bucket_cap_mb=bucket_mb, overlap_compute_comm=overlap)
             models[name] = (net, sync, torch.optim.SGD(net.parameters(), lr=1e-3))
     x = torch.randn(batch, 512, generator=torch.Generator().manual_seed(rank))
     times: dict[str, list[float]] = {n: [] for n in models}

@@ -1,4 +1,4 @@
-"""Communication hooks: one per compression method, usable by DDP and by :class:`GradientSync`.
+"""Communication hooks: one per compression method, usable by DDP and by :class:`BucketedAllReduce`.
 
 A hook object holds the method's state (residuals, PowerSGD matrices, the step count) and
 the per-update statistics; :func:`run_comm_hook` is the function DDP's

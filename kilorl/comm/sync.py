@@ -1,4 +1,4 @@
-"""Bucketed gradient synchronisation without DDP: call :meth:`GradientSync.synchronize` after backward.
+"""Bucketed gradient synchronisation without DDP: call :meth:`BucketedAllReduce.synchronize` after backward.
 
 For learners whose loss does not go through one ``module.forward`` (DDP only sees
 ``forward``), and for the ``overlap_compute_comm: false`` mode of :class:`DistributedModel`.
@@ -67,7 +67,7 @@ def bucket_parameters(params: list[torch.nn.Parameter], cap_bytes: int) -> list[
     return buckets
 
 
-class GradientSync:
+class BucketedAllReduce:
     """Averages (and optionally compresses) the gradients of ``params`` across a process group.
 
     ``overlap_compute_comm=True`` launches each bucket from a post-accumulate-grad hook as
@@ -131,7 +131,7 @@ class GradientSync:
             return
         i = self._bucket_of[id(p)]
         if i < self._next:
-            raise RuntimeError("a second backward before GradientSync.synchronize(): accumulate under no_sync(), "
+            raise RuntimeError("a second backward before BucketedAllReduce.synchronize(): accumulate under no_sync(), "
                                "then call synchronize() after the last backward")
         self._ready[i] += 1
         while self._next < len(self.buckets) and self._ready[self._next] >= len(self.buckets[self._next]):
@@ -149,7 +149,7 @@ class GradientSync:
     def synchronize(self) -> CommStats:
         """Average the accumulated gradients over all workers; returns this update's statistics."""
         if self._accumulating:
-            raise RuntimeError("GradientSync.synchronize() called inside no_sync(); call it after the last backward")
+            raise RuntimeError("BucketedAllReduce.synchronize() called inside no_sync(); call it after the last backward")
         if self.world_size == 1:  # nothing to exchange; a missing grad stays missing
             return CommStats(comm_bytes_dense=4 * sum(p.numel() for p in self.params))
         while self._next < len(self.buckets):  # the rest (all of them without overlap; unused parameters)

@@ -1,4 +1,4 @@
-"""DistributedModel (DDP) and GradientSync give the old flattened all-reduce's gradients (2 gloo ranks).
+"""DistributedModel (DDP) and BucketedAllReduce give the old flattened all-reduce's gradients (2 gloo ranks).
 
 Each scenario trains a small MLP three SGD steps twice side by side: with the old
 ``GradientAllReducer`` and with the new path; gradients are compared at every step. The
@@ -12,10 +12,10 @@ import copy
 import pytest
 import torch
 
-from kilorl.comm import CompressionConfig, DistributedModel, GradientAllReducer, GradientSync
+from kilorl.comm import BucketedAllReduce, CompressionConfig, DistributedModel, GradientAllReducer
 from tests.comm.dist_helpers import run_workers
 
-# DDP overlapped, DDP + sync after backward, GradientSync after backward, GradientSync overlapped (grad hooks)
+# DDP overlapped, DDP + sync after backward, BucketedAllReduce after backward, BucketedAllReduce overlapped (grad hooks)
 MODES = ("overlap", "after-backward", "sync", "sync-overlap")
 LOSSLESS = {"method": "threshold_topk", "threshold": 0.0, "topk_ratio": 1.0, "value_dtype": "float32"}
 
@@ -39,7 +39,7 @@ def _train(rank: int, world: int, mode: str, micro: int, compression: dict | Non
     net = copy.deepcopy(ref)
     cfg = CompressionConfig(**compression) if compression else None
     if mode.startswith("sync"):
-        new = GradientSync(net.parameters(), cfg, bucket_cap_mb=bucket_cap_mb, overlap_compute_comm=mode == "sync-overlap")
+        new = BucketedAllReduce(net.parameters(), cfg, bucket_cap_mb=bucket_cap_mb, overlap_compute_comm=mode == "sync-overlap")
         forward = net
     else:
         new = DistributedModel(net, compression=cfg, bucket_cap_mb=bucket_cap_mb, overlap_compute_comm=mode == "overlap")
@@ -64,14 +64,14 @@ def _train(rank: int, world: int, mode: str, micro: int, compression: dict | Non
         grads.append([(p.grad.clone(), q.grad.clone()) for p, q in zip(ref.parameters(), net.parameters())])
         opt_ref.step()
         opt_new.step()
-    n_buckets = len(new.buckets) if isinstance(new, GradientSync) else None
+    n_buckets = len(new.buckets) if isinstance(new, BucketedAllReduce) else None
     return {"grads": grads, "stats": stats, "numel": sum(p.numel() for p in ref.parameters()),
             "launched_before_sync": launched, "buckets": n_buckets}
 
 
 def _second_backward_error(rank: int, world: int) -> str:
     net = _mlp()
-    sync = GradientSync(net.parameters(), bucket_cap_mb=0.005, overlap_compute_comm=True)
+    sync = BucketedAllReduce(net.parameters(), bucket_cap_mb=0.005, overlap_compute_comm=True)
     x = _batches(rank, 0, 1)[0]
     net(x).sum().backward()
     try:
@@ -156,4 +156,4 @@ def test_overlapped_gradient_sync_launches_every_bucket_during_backward(dense_ru
 
 
 def test_a_second_backward_without_synchronize_is_refused(dense_runs):
-    assert "second backward before GradientSync.synchronize()" in dense_runs["second_backward"]
+    assert "second backward before BucketedAllReduce.synchronize()" in dense_runs["second_backward"]
