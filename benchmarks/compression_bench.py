@@ -120,8 +120,8 @@ def summarise(results: list[dict]) -> str:
             goal = sent <= 0.3 * dense and rel is not None and rel >= -0.05
             lines.append(
                 f"| {env} | {setting} | {sent:,.0f} ({sent / dense:.1%}) | {ret:.1f} | "
-                f"{'' if rel is None else f'{rel:+.1%}'} | {statistics.median(tts) if tts else '-'} "
-                f"({len(tts)}/{len(rs)}) | {statistics.median(steps) if steps else '-'} | {'yes' if goal else 'no'} |"
+                f"{'' if rel is None else f'{rel:+.1%}'} | {f'{statistics.median(tts):.1f}' if tts else '-'} "
+                f"({len(tts)}/{len(rs)}) | {f'{statistics.median(steps):,.0f}' if steps else '-'} | {'yes' if goal else 'no'} |"
             )
     return "\n".join(lines)
 
