@@ -104,9 +104,9 @@ class CommHook:
         stats.residual_norm = self.residual_norm()
         return stats
 
-    def _dense(self, buffer: torch.Tensor) -> torch.futures.Future:
+    def _dense(self, bucket: dist.GradBucket, buffer: torch.Tensor) -> torch.futures.Future:
         self._stats.comm_bytes_sent += buffer.numel() * buffer.element_size()
-        return default_hooks._allreduce_fut(self.process_group, buffer)
+        return default_hooks.allreduce_hook(self.process_group, bucket)
 
 
 def run_comm_hook(state: CommHook, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -118,7 +118,7 @@ class DenseHook(CommHook):
     """Plain averaging all-reduce (what DDP does without a hook)."""
 
     def _communicate(self, bucket: dist.GradBucket, buffer: torch.Tensor) -> torch.futures.Future:
-        return self._dense(buffer)
+        return self._dense(bucket, buffer)
 
 
 class BF16Hook(CommHook):
@@ -182,7 +182,7 @@ class ThresholdTopKHook(CommHook):
 
     def _communicate(self, bucket: dist.GradBucket, buffer: torch.Tensor) -> torch.futures.Future:
         if self.step < self.dense_steps:
-            return self._dense(buffer)
+            return self._dense(bucket, buffer)
         t0 = time.perf_counter()
         selection = self.compressor.select(bucket.index(), buffer)
         message = encode(selection.indices, selection.values, buffer.numel(), self.index_encoding)
