@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from kilorl.algos.a2c.config import A2CConfig
 from kilorl.algos.ppo.config import PPOConfig
 from kilorl.algos.registry import names as algo_names
+from kilorl.comm.config import CompressionConfig
 from kilorl.config_section import Section as _Section
 
 
@@ -150,6 +151,9 @@ class Config(_Section):
     """Per-role resource requests used by the scheduler on a cluster (ignored locally)."""
     train: TrainConfig = Field(default_factory=TrainConfig)
     """Length, seeding and numerics of the run."""
+    compression: CompressionConfig = Field(default_factory=CompressionConfig)
+    """How learners compress gradients before all-reducing them (``method: none`` by default:
+    dense fp32 buckets). Only matters with more than one learner."""
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     """Checkpoint cadence."""
     logging: LoggingConfig = Field(default_factory=LoggingConfig)

@@ -20,7 +20,7 @@ from kilorl.algos import keys
 from kilorl.comm import init_process_group
 from kilorl.core import GradientSync, Learner, ParameterStore, Rollout
 from kilorl.envs import make_env
-from kilorl.roles.grad_sync import AllReduceSync
+from kilorl.roles.grad_sync import make_grad_sync
 
 if TYPE_CHECKING:
     from kilorl.config import Config
@@ -69,7 +69,7 @@ class LearnerRole(Learner):
             init_process_group(backend, rank, world, *master)
         self.rank, self.world, self.store = rank, world, store
         obs_space, action_space = env_spaces(cfg)  # probed here, in parallel with the actors' start
-        self.grad_sync = grad_sync or AllReduceSync(world)
+        self.grad_sync = grad_sync or make_grad_sync(cfg, world)
         self.algorithm = get_algorithm(cfg.algo.name).load("learner")(cfg, obs_space, action_space, self.grad_sync)
         if state is not None:
             self.algorithm.load_state(state)

@@ -43,9 +43,12 @@ def default_run_dir(cfg: Config) -> Path:
 def config_warnings(cfg: Config) -> list[str]:
     """Settings that are accepted but do not (yet) do what they say; printed at start-up."""
     out = []
-    if cfg.train.overlap_compute_comm:
-        out.append("train.overlap_compute_comm=true is not active yet: learners all-reduce gradients after the "
-                   "backward pass (overlap arrives with DDP-bucketed learner communication)")
+    if cfg.train.overlap_compute_comm and cfg.parallelism.learner == 1:
+        out.append("train.overlap_compute_comm=true has no effect with one learner: there is no gradient "
+                   "communication to overlap")
+    if cfg.compression.method != "none" and cfg.parallelism.learner == 1:
+        out.append(f"compression.method={cfg.compression.method} has no effect with one learner: gradients "
+                   "are not communicated")
     if cfg.train.pipeline_depth >= cfg.iterations > 0:
         out.append(f"train.pipeline_depth={cfg.train.pipeline_depth} is not below the run's {cfg.iterations} "
                    f"iteration(s): every rollout may be collected before the first update")
