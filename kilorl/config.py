@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from kilorl.algos.a2c.config import A2CConfig
 from kilorl.algos.ppo.config import PPOConfig
 from kilorl.algos.registry import names as algo_names
+from kilorl.config_scale import StoreSection, SyncSection
 from kilorl.config_section import Section as _Section
 
 
@@ -154,6 +155,10 @@ class Config(_Section):
     """Checkpoint cadence."""
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     """Metrics and progress reporting."""
+    store: StoreSection = Field(default_factory=StoreSection)
+    """The store workers that hold the parameters (started per Ray node, or given)."""
+    sync: SyncSection = Field(default_factory=SyncSection)
+    """How actors follow parameter versions (sync, async, hybrid) and their durability."""
 
     @model_validator(mode="before")
     @classmethod
@@ -166,6 +171,7 @@ class Config(_Section):
     @model_validator(mode="after")
     def _batch_fits_the_algorithm(self) -> Config:
         self.algo.check_batch(self.batch_size, self.train.gradient_accumulation_steps)
+        self.sync.check(self.train.pipeline_depth)
         return self
 
     @property

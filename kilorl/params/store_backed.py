@@ -46,15 +46,30 @@ class StoreParameterStore:
     spreads the shard keys over the workers.
     """
 
-    def __init__(self, connect: ClientFactory, num_shards: int = 1, write_mode: Any = None, retries: int = 3) -> None:
+    def __init__(self, connect: ClientFactory, num_shards: int = 1, write_mode: Any = None, retries: int = 3,
+                 replicas: Sequence[ClientFactory] = ()) -> None:
         if num_shards < 1:
             raise ValueError(f"num_shards must be >= 1, got {num_shards}")
         self._connect = connect
         self.num_shards = num_shards
         self.write_mode = write_mode
         self.retries = retries
+        self.replicas = list(replicas)
+        """Further workers a publish also writes to (the other nodes' workers), so every
+        node's readers find each version on their own node."""
         self._local = threading.local()
         self._layouts: dict[tuple[str, int], FlatLayout] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Picklable (roles receive it through Ray): connections are per process and thread."""
+        state = dict(self.__dict__)
+        state.pop("_local")
+        state["_layouts"] = {}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._local = threading.local()
 
     @property
     def client(self) -> Any:
@@ -63,13 +78,35 @@ class StoreParameterStore:
             c = self._local.client = self._connect()
         return c
 
+    def _writers(self) -> list[Any]:
+        ws = getattr(self._local, "writers", None)
+        if ws is None:
+            own = self.client
+            others = [make for make in self.replicas if getattr(make, "address", None) != own.address]
+            ws = self._local.writers = [own, *(make() for make in others)]
+        return ws
+
+    def close(self) -> None:
+        """Close this thread's connections (others close with their threads' process)."""
+        for c in getattr(self._local, "writers", None) or [getattr(self._local, "client", None)]:
+            if c is not None:
+                c.close()
+        self._local = threading.local()
+
     # -- writer ----------------------------------------------------------------------
-    def publish(self, name: str, version: int, tensors: Mapping[str, torch.Tensor]) -> None:
+    def publish(self, name: str, version: int, tensors: Mapping[str, Any]) -> None:
+        """Every shard of ``version`` on every writer worker, then the commit records."""
+        tensors = {k: torch.as_tensor(v) for k, v in tensors.items()}  # numpy arrays: no copy
         layout = FlatLayout.of(tensors, self.num_shards)
         kw = {} if self.write_mode is None else {"write_mode": self.write_mode}
-        for k, shard in enumerate(pack(tensors, layout)):
-            self.client.publish(shard_key(name, k), version, np.frombuffer(shard, dtype=np.uint8), **kw)
-        self.client.publish(layout_key(name), version, json.dumps(layout.to_json()).encode(), **kw)
+        shards = [np.frombuffer(s, dtype=np.uint8) for s in pack(tensors, layout)]
+        record = json.dumps(layout.to_json()).encode()
+        writers = self._writers()
+        for c in writers:
+            for k, shard in enumerate(shards):
+                c.publish(shard_key(name, k), version, shard, **kw)
+        for c in writers:
+            c.publish(layout_key(name), version, record, **kw)
 
     # -- readers ---------------------------------------------------------------------
     def latest_version(self, name: str) -> int | None:

@@ -97,7 +97,7 @@ class Trainer:
         (self.run_dir / "config.yaml").write_text(dump_config(cfg))
         state, meta = load_checkpoint(self._resume_from) if self._resume_from is not None else (None, {})
         env_steps, iteration = int(meta.get("env_steps", 0)), int(meta.get("iteration", 0))
-        with RoleSession(cfg, self.cluster, state, iteration) as roles:
+        with RoleSession(cfg, self.cluster, state, iteration, l2_dir=str(self.run_dir.resolve() / "store-l2")) as roles:
             startup_s = time.time() - t_start
             preload()  # torch for checkpoints, imported while the first rollouts run
             ckpt = Checkpointer(self.run_dir, cfg.checkpoint.every_env_steps, cfg.checkpoint.keep,
