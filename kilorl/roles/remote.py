@@ -24,6 +24,12 @@ class ActorProcess:
     def collect(self, min_version: int) -> tuple[Any, Any]:
         return self._role.collect(min_version)
 
+    def parameter_source(self) -> tuple[str, str]:
+        """``(ray node id, address of the store worker this actor reads parameters from)``."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), str(getattr(self._role.store.client, "address", ""))
+
 
 def rendezvous_here() -> tuple[str, int]:
     """This node's address and a port free on it: where rank 0 hosts the process group.
