@@ -5,6 +5,9 @@ flat vector cut by ``FlatLayout``) plus a small commit record ``{name}/layout`` 
 JSON) published *last*: a reader that sees version ``v`` of the commit record finds every
 shard of ``v`` already there, so a fetch is one consistent version, never a mix of two.
 
+A shard is stored as its tensor parts keyed by flat offset (``shard_pieces``): views of the
+tensors' own memory, so a publish copies each byte once, into the worker's arena.
+
 A reader turns its layout into byte ranges per shard (``kilorl.params.resharding``) and reads
 those ranges from its own node's worker; on the node the bytes come as zero-copy views of the
 worker's shared memory and are copied once, straight into the destination tensors
@@ -14,17 +17,17 @@ shards (a writer far ahead), the fetch retries on the newest version.
 
 from __future__ import annotations
 
+import bisect
 import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
-from kilorl.params.layout import FlatLayout, Full, ReaderLayout
-from kilorl.params.resharding import ReadPlan, pack, plan_read
+from kilorl.params.layout import FlatLayout, Full, LayoutError, ReaderLayout
+from kilorl.params.resharding import ReadPlan, plan_read
 
 ClientFactory = Callable[[], Any]
 """Returns a connected ``kilorl.store.StoreClient`` (one per thread: clients are not shared)."""
@@ -99,7 +102,7 @@ class StoreParameterStore:
         tensors = {k: torch.as_tensor(v) for k, v in tensors.items()}  # numpy arrays: no copy
         layout = FlatLayout.of(tensors, self.num_shards)
         kw = {} if self.write_mode is None else {"write_mode": self.write_mode}
-        shards = [np.frombuffer(s, dtype=np.uint8) for s in pack(tensors, layout)]
+        shards = shard_pieces(tensors, layout)
         record = json.dumps(layout.to_json()).encode()
         writers = self._writers()
         for c in writers:
@@ -142,24 +145,54 @@ class StoreParameterStore:
             v, writer = self.layout(name, version)
             plan = plan_read(writer, _reader_layout(layout))
             try:
-                buffers = self._fetch_ranges(name, v, plan)
+                segments = self._segments(name, v, writer, plan)
             except VersionGone:
                 if version is not None or attempt == self.retries:
                     raise
                 time.sleep(0)  # a newer version replaced it: read that one
                 continue
             with torch.no_grad():
-                tensors = plan.assemble(buffers, out)
+                tensors = plan.assemble_segments(segments, out)
             return v, tensors
         raise AssertionError("unreachable")
 
-    def _fetch_ranges(self, name: str, version: int, plan: ReadPlan) -> list[Any]:
-        """The bytes of every request of ``plan``, in order (zero-copy views where the store gives them)."""
-        by_shard: dict[int, Any] = {}
-        for r in plan.requests:
-            if r.shard not in by_shard:
-                by_shard[r.shard] = memoryview(self.client.get_version(shard_key(name, r.shard), version).value).cast("B")
-        return [by_shard[r.shard][r.offset:r.offset + r.length] for r in plan.requests]
+    def _segments(self, name: str, version: int, writer: FlatLayout, plan: ReadPlan) -> list[tuple[int, Any]]:
+        """``(flat_offset, bytes)`` pieces of every shard the plan touches (zero-copy views on the node).
+
+        Whole shards are read: on the node they are views of shared memory, so only the bytes
+        the plan needs are ever copied (into the destination tensors).
+        """
+        out: list[tuple[int, Any]] = []
+        for shard in sorted({r.shard for r in plan.requests}):
+            value = self.client.get_version(shard_key(name, shard), version).value
+            if isinstance(value, Mapping):  # pieces keyed by their flat offset (``shard_pieces``)
+                out += [(int(k), v) for k, v in value.items()]
+            else:
+                out.append((writer.bounds[shard], value))
+        return out
+
+
+def shard_pieces(tensors: Mapping[str, torch.Tensor], layout: FlatLayout) -> list[dict[str, memoryview]]:
+    """Each writer shard as ``{str(flat_offset): bytes of the tensor part there}``: views of the
+    tensors' own memory, so a publish copies each byte once (into the store's arena)."""
+    parts: list[dict[str, memoryview]] = [{} for _ in range(layout.num_shards)]
+    bounds = layout.bounds
+    for spec in layout.tensors:
+        t = tensors[spec.name].detach().to("cpu").contiguous()
+        if tuple(t.shape) != spec.shape or str(t.dtype).removeprefix("torch.") != spec.dtype:
+            raise LayoutError(f"{spec.name}: tensor is {t.dtype} {list(t.shape)}, layout says {spec.dtype} {list(spec.shape)}")
+        if not spec.nbytes:
+            continue
+        raw = memoryview(t.reshape(-1).view(torch.uint8).numpy())
+        start, end = spec.offset, spec.offset + spec.nbytes
+        k = bisect.bisect_right(bounds, start) - 1
+        while start < end:
+            stop = min(end, bounds[k + 1])
+            if stop > start:
+                parts[k][str(start)] = raw[start - spec.offset:stop - spec.offset]
+            start = stop
+            k += 1
+    return parts
 
 
 def _reader_layout(layout: ReaderLayout | Sequence[str] | None) -> ReaderLayout | None:
