@@ -24,6 +24,11 @@ class ActorProcess:
     def collect(self, min_version: int) -> tuple[Any, Any]:
         return self._role.collect(min_version)
 
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
     def parameter_source(self) -> tuple[str, str]:
         """``(ray node id, address of the store worker this actor reads parameters from)``."""
         import ray

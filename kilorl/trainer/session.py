@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from kilorl.trainer.store_fleet import StoreFleet
 
 
+ACTOR_MAX_RESTARTS = 3
+"""Times Ray restarts one actor process that died (kill -9, OOM) before the run gives up."""
+
+
 class StartupError(RuntimeError):
     """A role failed to start; the message names the role and the cause."""
 
@@ -86,7 +90,8 @@ class RoleSession:
         learner_cls = ray.remote(num_cpus=1, num_gpus=1 if cfg.train.device == "cuda" else 0)(LearnerProcess)
         for r in range(par.learner):
             self.learners.append(learner_cls.remote(cfg, self.store, r, par.learner, backend, state=self.state))
-        actor_cls = ray.remote(num_cpus=1)(ActorProcess)
+        # No task retries inside Ray: the loop re-collects a lost rollout itself, and counts it.
+        actor_cls = ray.remote(num_cpus=1, max_restarts=ACTOR_MAX_RESTARTS, max_task_retries=0)(ActorProcess)
         # Fresh seeds after a resume, so a continued run does not replay the same episodes.
         for i in range(par.actor):
             seed = cfg.train.seed * 10_007 + i * 101 + self.iteration * 7_919

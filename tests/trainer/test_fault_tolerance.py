@@ -1,0 +1,28 @@
+"""Faults mid-run: a killed actor is restarted and rejoins; its partial rollout is never counted."""
+
+from __future__ import annotations
+
+from kilorl.trainer import Cluster
+from kilorl.trainer.loop import OnPolicyLoop
+from kilorl.trainer.session import RoleSession
+from tests.conftest import tiny_config
+
+
+def test_an_actor_killed_mid_rollout_is_restarted_at_the_newest_version_and_steps_stay_exact(ray_local, tmp_path):
+    import ray
+
+    marker = tmp_path / "killed"
+    # 10 batches of 2 actors x 4 envs x 32 steps; one env SIGKILLs its actor at its 100th step (batch 4)
+    cfg = tiny_config(env={"id": "tests.trainer.broken_env:DiesOnce", "kwargs": {"marker": str(marker), "die_at": 100}},
+                      parallelism={"actor": 2}, train={"total_env_steps": 2560})
+    with RoleSession(cfg, Cluster()) as roles:
+        loop = OnPolicyLoop(cfg, roles, 0, 0)
+        pids = ray.get([a.pid.remote() for a in roles.actors])
+        results = list(loop)
+        after_pids = ray.get([a.pid.remote() for a in roles.actors])
+    assert marker.exists() and sum(a != b for a, b in zip(pids, after_pids)) == 1  # one process died, restarted
+    assert loop.lost_rollouts == 1 and results[-1].stats["lost_rollouts"] == 1
+    steps = [sum(i["env_steps"] for i in it.infos) for it in results]
+    assert steps == [256] * 10 and results[-1].env_steps == 2560  # every batch full, none counted twice
+    after = [it for it in results if it.iteration > 4]  # the rollout that died belonged to batch 4
+    assert all(i["version"] >= it.iteration - 1 for it in after for i in it.infos)  # rejoined on the newest
