@@ -16,6 +16,7 @@ from typing import Any
 
 from kilorl.config import Config
 from kilorl.core import RolloutInfo
+from kilorl.trainer.loop_errors import LearnerLost
 from kilorl.trainer.session import ACTOR_MAX_RESTARTS, RoleSession
 
 RESTART_WAIT_S = 120.0
@@ -94,7 +95,6 @@ class OnPolicyLoop:
         return in_flight < self.cfg.train.total_env_steps
 
     def __iter__(self) -> Iterator[IterationResult]:
-        import ray
 
         while len(self.pending) <= self.cfg.train.pipeline_depth and self._room():
             self._submit()
@@ -107,6 +107,25 @@ class OnPolicyLoop:
             self.env_steps = steps_after  # counted before _room: the rollout is consumed
             if self._room():
                 self._submit()
-            stats = {**ray.get(updates)[0], "lost_rollouts": float(self.lost_rollouts)}
+            stats = {**_learner_results(updates)[0], "lost_rollouts": float(self.lost_rollouts)}
             self.iteration += 1
             yield IterationResult(self.iteration, self.env_steps, infos, stats, last=not self.pending)
+
+
+def _learner_results(refs: list[Any]) -> list[dict[str, float]]:
+    """Every learner's update stats; the first learner that died becomes ``LearnerLost``.
+
+    Waits on whichever finishes first, so a dead rank is seen at once, not after the
+    survivors' all-reduce times out.
+    """
+    import ray
+
+    rank = {ref: r for r, ref in enumerate(refs)}
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        try:
+            ray.get(done[0])
+        except ray.exceptions.RayActorError as err:
+            raise LearnerLost(f"learner {rank[done[0]]} died ({type(err).__name__})") from err
+    return ray.get(refs)

@@ -26,3 +26,38 @@ def test_an_actor_killed_mid_rollout_is_restarted_at_the_newest_version_and_step
     assert steps == [256] * 10 and results[-1].env_steps == 2560  # every batch full, none counted twice
     after = [it for it in results if it.iteration > 4]  # the rollout that died belonged to batch 4
     assert all(i["version"] >= it.iteration - 1 for it in after for i in it.infos)  # rejoined on the newest
+
+
+def test_a_killed_learner_makes_the_run_restore_its_last_checkpoint_and_finish(ray_local, tmp_path):
+    import os
+    import signal
+    import threading
+    import warnings
+
+    from ray._private.state import actors
+
+    from kilorl.trainer import Trainer
+    from kilorl.trainer.checkpoint import latest_checkpoint
+    from tests.store.store_helpers import wait_until
+
+    cfg = tiny_config(train={"total_env_steps": 8192}, checkpoint={"every_env_steps": 1024})
+    out: dict = {}
+
+    def run() -> None:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out["result"] = Trainer(cfg, tmp_path / "run").fit()
+        out["warnings"] = [str(w.message) for w in caught]
+
+    t = threading.Thread(target=run)
+    t.start()
+    wait_until(lambda: latest_checkpoint(tmp_path / "run"), timeout=300, what="a first checkpoint")
+    (pid,) = [a["Pid"] for a in actors().values() if a["State"] == "ALIVE" and "LearnerProcess" in a["ActorClassName"]]
+    os.kill(pid, signal.SIGKILL)
+    t.join(600)
+    assert any("learner 0 died" in w and "restoring" in w for w in out["warnings"]), out["warnings"]
+    assert out["result"].env_steps == 8192
+    import json
+
+    steps = [json.loads(x)["env_steps"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [x for x in steps if x <= 1024] == list(range(128, 1025, 128)), steps  # not replayed from zero
