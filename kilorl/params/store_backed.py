@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from kilorl.params.layout import FlatLayout, Full, LayoutError, ReaderLayout
+from kilorl.params.reconnect import ParametersLost, publish_once, with_reconnect
 from kilorl.params.resharding import ReadPlan, plan_read
 
 ClientFactory = Callable[[], Any]
@@ -93,8 +94,14 @@ class StoreParameterStore:
         """Close this thread's connections (others close with their threads' process)."""
         for c in getattr(self._local, "writers", None) or [getattr(self._local, "client", None)]:
             if c is not None:
-                c.close()
+                try:
+                    c.close()
+                except OSError:
+                    pass
         self._local = threading.local()
+
+    def _retry(self, fn: Callable[[], Any]) -> Any:
+        return with_reconnect(fn, self.close)
 
     # -- writer ----------------------------------------------------------------------
     def publish(self, name: str, version: int, tensors: Mapping[str, Any]) -> None:
@@ -104,19 +111,29 @@ class StoreParameterStore:
         kw = {} if self.write_mode is None else {"write_mode": self.write_mode}
         shards = shard_pieces(tensors, layout)
         record = json.dumps(layout.to_json()).encode()
-        writers = self._writers()
-        for c in writers:
-            for k, shard in enumerate(shards):
-                c.publish(shard_key(name, k), version, shard, **kw)
-        for c in writers:
-            c.publish(layout_key(name), version, record, **kw)
+
+        def once() -> None:
+            writers = self._writers()
+            for c in writers:
+                for k, shard in enumerate(shards):
+                    publish_once(c, shard_key(name, k), version, shard, kw)
+            for c in writers:
+                publish_once(c, layout_key(name), version, record, kw)
+
+        self._retry(once)
 
     # -- readers ---------------------------------------------------------------------
     def latest_version(self, name: str) -> int | None:
-        return self.client.latest_version(layout_key(name))
+        return self._retry(lambda: self.client.latest_version(layout_key(name)))
 
     def wait(self, name: str, min_version: int, timeout: float | None = None) -> int:
-        return self.client.wait_version(layout_key(name), min_version, timeout)
+        """Block until ``min_version``; ``ParametersLost`` if the worker came back without ``name``."""
+        try:
+            return self.client.wait_version(layout_key(name), min_version, timeout)
+        except ConnectionError:
+            if self.latest_version(name) is None:  # reconnects; a restarted, non-durable worker
+                raise ParametersLost(f"{name}: the store worker restarted without the parameters") from None
+            return self._retry(lambda: self.client.wait_version(layout_key(name), min_version, timeout))
 
     def layout(self, name: str, version: int | None = None) -> tuple[int, FlatLayout]:
         """The writer's layout of ``version`` (the newest when None)."""
@@ -131,7 +148,7 @@ class StoreParameterStore:
     def fetch(self, name: str, version: int | None = None,
               layout: ReaderLayout | Sequence[str] | None = None) -> tuple[int, dict[str, torch.Tensor]]:
         """``(version, tensors)``: the whole version, the named tensors, or a reader layout's slices."""
-        return self._read(name, version, layout, None)
+        return self._retry(lambda: self._read(name, version, layout, None))
 
     def fetch_into(self, name: str, out: Mapping[str, torch.Tensor], version: int | None = None,
                    layout: ReaderLayout | None = None) -> int:

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,10 +58,34 @@ class StoreNode:
         self.run_dir = Path(tempfile.mkdtemp(prefix="kilorl-store-"))
         if l2_dir:
             Path(l2_dir).mkdir(parents=True, exist_ok=True)
-        cmd = worker_command(self.host, self.run_dir, token, shm_size, keep_versions, join, cluster_name, l2_dir)
+        self.cmd = worker_command(self.host, self.run_dir, token, shm_size, keep_versions, join, cluster_name, l2_dir)
         self.log = open(self.run_dir / "worker.log", "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, preexec_fn=_die_with_parent)
+        self.start_timeout = start_timeout
+        self.proc = self._spawn(self.cmd)
         self.port = self._wait_ready(start_timeout)
+        self.restarts = 0
+        self._stopping = threading.Event()
+        threading.Thread(target=self._watch, name="store-watchdog", daemon=True).start()
+
+    def _spawn(self, cmd: list[str]) -> subprocess.Popen:
+        return subprocess.Popen(cmd, stdout=self.log, stderr=self.log, preexec_fn=_die_with_parent)
+
+    def _watch(self) -> None:
+        """Restart a worker that died (kill -9, OOM) on the same port, so clients reconnect to
+        the same address; its memory tiers start empty (durable objects come back from L2)."""
+        cmd = [str(self.port) if prev == "--port" else a for prev, a in zip(["", *self.cmd], self.cmd)]
+        while not self._stopping.wait(0.2):
+            if self.proc.poll() is None or self._stopping.is_set():
+                continue
+            self.restarts += 1
+            self.proc = self._spawn(cmd)
+            try:
+                self._wait_ready(self.start_timeout)
+            except (RuntimeError, TimeoutError):
+                continue  # try again on the next round
+
+    def restart_count(self) -> int:
+        return self.restarts
 
     def _wait_ready(self, timeout: float) -> int:
         info = self.run_dir / "worker.json"
@@ -74,7 +99,7 @@ class StoreNode:
                 if data.get("pid") == self.proc.pid:
                     return int(data["port"])
             time.sleep(0.02)
-        self.stop()
+        self.proc.kill()
         raise TimeoutError(f"store worker on {self.host} did not serve within {timeout:g}s")
 
     def address(self) -> str:
@@ -88,6 +113,7 @@ class StoreNode:
         return self.proc.pid
 
     def stop(self, timeout: float = 10.0) -> None:
+        self._stopping.set()
         if self.proc.poll() is None:
             self.proc.terminate()
             try:

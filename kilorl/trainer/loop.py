@@ -16,6 +16,7 @@ from typing import Any
 
 from kilorl.config import Config
 from kilorl.core import RolloutInfo
+from kilorl.params.reconnect import ParametersLost
 from kilorl.trainer.loop_errors import LearnerLost
 from kilorl.trainer.session import ACTOR_MAX_RESTARTS, RoleSession
 
@@ -50,6 +51,8 @@ class OnPolicyLoop:
         self.lost_rollouts = 0
         """Rollouts lost with their actor and collected again (their steps are never counted)."""
         self.max_lost = cfg.parallelism.actor * ACTOR_MAX_RESTARTS
+        self.republished = 0
+        """Times the current version was published again because a store worker lost it."""
 
     def _submit(self) -> None:
         min_version = max(self.first_version, self.next_collect - self.cfg.train.pipeline_depth)
@@ -76,6 +79,11 @@ class OnPolicyLoop:
                 try:
                     infos[j] = ray.get(ref)
                     continue
+                except ParametersLost:  # the actor's store worker restarted empty: republish, collect again
+                    if time.monotonic() > deadline:
+                        raise
+                    self.republished += 1
+                    ray.get(self.roles.learners[0].publish.remote(self.iteration))
                 except ray.exceptions.RayActorError:  # died mid-rollout, or still restarting
                     if not lost[j]:
                         lost[j] = True
@@ -107,7 +115,8 @@ class OnPolicyLoop:
             self.env_steps = steps_after  # counted before _room: the rollout is consumed
             if self._room():
                 self._submit()
-            stats = {**_learner_results(updates)[0], "lost_rollouts": float(self.lost_rollouts)}
+            stats = {**_learner_results(updates)[0], "lost_rollouts": float(self.lost_rollouts),
+                     "republished": float(self.republished)}
             self.iteration += 1
             yield IterationResult(self.iteration, self.env_steps, infos, stats, last=not self.pending)
 

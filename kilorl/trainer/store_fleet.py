@@ -79,6 +79,12 @@ class StoreFleet:
 
         return ray.get([n.pid.remote() for n in self.nodes])
 
+    def restarts(self) -> list[int]:
+        """Per node, how often its worker died and was restarted."""
+        import ray
+
+        return ray.get([n.restart_count.remote() for n in self.nodes])
+
     def close(self) -> None:
         """Stop the workers this run started (killing the actor kills its worker too)."""
         if not self.nodes:

@@ -61,3 +61,25 @@ def test_a_killed_learner_makes_the_run_restore_its_last_checkpoint_and_finish(r
 
     steps = [json.loads(x)["env_steps"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [x for x in steps if x <= 1024] == list(range(128, 1025, 128)), steps  # not replayed from zero
+
+
+def test_a_killed_store_worker_is_restarted_and_the_run_goes_on_with_the_version_republished(ray_local):
+    import os
+    import signal
+
+    cfg = tiny_config(parallelism={"actor": 2}, train={"total_env_steps": 2560})
+    with RoleSession(cfg, Cluster()) as roles:
+        loop = OnPolicyLoop(cfg, roles, 0, 0)
+        (pid,) = roles.fleet.pids()
+        results = []
+        for it in loop:
+            results.append(it)
+            if it.iteration == 3:
+                os.kill(pid, signal.SIGKILL)
+        restarts, (new_pid,) = roles.fleet.restarts(), roles.fleet.pids()
+        latest = roles.store.latest_version("policy")
+    assert restarts == [1] and new_pid != pid  # the node's worker came back, on the same address
+    assert [sum(i["env_steps"] for i in it.infos) for it in results] == [256] * 10
+    # The restarted worker holds the newest version: the learner reconnected and published on
+    # (actors that met it empty had the current version republished: stats["republished"]).
+    assert latest == 10
