@@ -70,3 +70,11 @@ def test_a_killed_store_node_actor_takes_its_worker_with_it(ray_local):
     wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
                timeout=30, what="the store worker to die with its actor")
     fleet.nodes = []
+
+
+@pytest.mark.parametrize("address", ["no-port-here", "host:notaport"])
+def test_a_malformed_store_address_is_refused_naming_the_field(address):
+    from kilorl.trainer.store_fleet import StoreFleet
+
+    with pytest.raises(ValueError, match=r"store\.address: expected HOST:PORT"):
+        StoreFleet.external(address, None)
