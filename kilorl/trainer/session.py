@@ -1,6 +1,6 @@
 """Start-up and teardown of a run's roles, as one context manager.
 
-Everything a run starts (Ray, if it was not running; the parameter-store shards; the
+Everything a run starts (Ray, if it was not running; one store worker per node; the
 learners; the actors) is started inside ``RoleSession.__enter__`` and recorded as it
 is created, so a failure at any point (an env that raises in ``reset``, a learner that
 cannot build its model, Ctrl-C) tears down exactly what was started and nothing else.

@@ -78,3 +78,13 @@ def test_a_malformed_store_address_is_refused_naming_the_field(address):
 
     with pytest.raises(ValueError, match=r"store\.address: expected HOST:PORT"):
         StoreFleet.external(address, None)
+
+
+def test_durable_sync_writes_every_published_version_through_to_the_workers_l2(ray_local, tmp_path):
+    cfg = tiny_config(train={"total_env_steps": 512}, sync={"durable": True})
+    Trainer(cfg, tmp_path / "run").fit()
+    files = [p for p in (tmp_path / "run" / "store-l2").rglob("*") if p.is_file() and p.stat().st_size]
+    assert files, "nothing reached L2"
+    plain = tiny_config(train={"total_env_steps": 512})
+    Trainer(plain, tmp_path / "plain").fit()
+    assert not [p for p in (tmp_path / "plain" / "store-l2").rglob("*") if p.is_file() and p.stat().st_size]
