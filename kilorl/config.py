@@ -18,6 +18,7 @@ from kilorl.algos.a2c.config import A2CConfig
 from kilorl.algos.ppo.config import PPOConfig
 from kilorl.algos.registry import names as algo_names
 from kilorl.comm.config import CompressionConfig
+from kilorl.config_scale import StoreSection, SyncSection
 from kilorl.config_section import Section as _Section
 
 
@@ -158,6 +159,10 @@ class Config(_Section):
     """Checkpoint cadence."""
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     """Metrics and progress reporting."""
+    store: StoreSection = Field(default_factory=StoreSection)
+    """The store workers that hold the parameters (started per Ray node, or given)."""
+    sync: SyncSection = Field(default_factory=SyncSection)
+    """How actors follow parameter versions (sync, async, hybrid) and their durability."""
 
     @model_validator(mode="before")
     @classmethod
@@ -170,6 +175,7 @@ class Config(_Section):
     @model_validator(mode="after")
     def _batch_fits_the_algorithm(self) -> Config:
         self.algo.check_batch(self.batch_size, self.train.gradient_accumulation_steps)
+        self.sync.check(self.train.pipeline_depth)
         return self
 
     @property

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 
@@ -17,6 +18,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="shorthand for -o train.seed=N")
     p.add_argument("--address", help="Ray address of an existing cluster ('auto' to discover)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR from its newest checkpoint")
+    p.add_argument("--store", metavar="HOST:PORT",
+                   help="use this running store worker for the parameters (default: one per Ray node, started)")
+    p.add_argument("--store-token", help="token of the --store worker (default $KILORL_STORE_TOKEN)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,6 +44,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     warnings.showwarning = _plain_warning
+    if args.store:  # the string as given (an override would YAML-parse it)
+        trainer.cfg.store.address = args.store
+    if args.store_token:  # kept out of the run's config.yaml: the driver hands it to the roles
+        os.environ["KILORL_STORE_TOKEN"] = args.store_token
     result = trainer.fit()
     ret = "n/a" if result.episode_return_mean is None else f"{result.episode_return_mean:.1f}"
     print(f"done: {result.env_steps} env steps in {result.wall_time:.1f}s (startup {result.startup_s:.1f}s), "

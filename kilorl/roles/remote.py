@@ -26,14 +26,60 @@ class ActorProcess(Actor):
     def collect(self, min_version: int) -> tuple[Rollout, RolloutInfo]:
         return self._role.collect(min_version)
 
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+    def parameter_source(self) -> tuple[str, str]:
+        """``(ray node id, address of the store worker this actor reads parameters from)``."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), str(getattr(self._role.store.client, "address", ""))
+
+
+def rendezvous_here() -> tuple[str, int]:
+    """This node's address and a port free on it: where rank 0 hosts the process group.
+
+    Chosen in rank 0's own process, so learners on other nodes can reach it (a driver-side
+    ``127.0.0.1`` and driver port would only work when every learner shares the driver's node).
+    """
+    import socket
+
+    try:
+        import ray
+
+        host = ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"
+    except ImportError:
+        host = "127.0.0.1"
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return host, s.getsockname()[1]
+
 
 class LearnerProcess(Learner):
-    """A ``LearnerRole`` built in the Ray actor's process."""
+    """A ``LearnerRole`` built in the Ray actor's process.
+
+    Built in two steps so that several learners can meet: ``rendezvous()`` on rank 0 names
+    an address on rank 0's node, then ``start(master)`` on every rank builds the role.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._args, self._kwargs = args, kwargs
+        self._role: Any = None
+
+    def rendezvous(self) -> tuple[str, int]:
+        return rendezvous_here()
+
+    def start(self, master: tuple[str, int] | None = None) -> None:
         from kilorl.roles.learner import LearnerRole
 
-        self._role = LearnerRole(*args, **kwargs)
+        self._role = LearnerRole(*self._args, **{**self._kwargs, "master": master})
+
+    def node_id(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
 
     def publish(self, version: int) -> None:
         self._role.publish(version)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from kilorl.algos import get as get_algorithm
 from kilorl.config import Config, apply_overrides, config_from_dict, dump_config
 from kilorl.trainer.cluster import Cluster
+from kilorl.trainer.loop_errors import LEARNER_MAX_RESTORES, LearnerLost
 
 if TYPE_CHECKING:
     from kilorl.trainer.checkpoint import Checkpointer
@@ -93,11 +94,9 @@ class Trainer:
         return trainer
 
     def fit(self) -> TrainResult:
-        from kilorl.trainer.checkpoint import Checkpointer, load_checkpoint, preload
-        from kilorl.trainer.loop import OnPolicyLoop
-        from kilorl.trainer.metrics import MetricsWriter
-        from kilorl.trainer.reporting import Reporter
-        from kilorl.trainer.session import RoleSession
+        """Train to the end; a learner process that dies makes the run restore its last
+        checkpoint and go on, at most ``LEARNER_MAX_RESTORES`` times."""
+        from kilorl.trainer.checkpoint import latest_checkpoint, load_checkpoint
 
         cfg = self.cfg
         t_start = time.time()
@@ -106,8 +105,32 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(dump_config(cfg))
         state, meta = load_checkpoint(self._resume_from) if self._resume_from is not None else (None, {})
+        for attempt in range(LEARNER_MAX_RESTORES + 1):
+            try:
+                return self._session(state, meta, t_start)
+            except LearnerLost as err:
+                last = latest_checkpoint(self.run_dir)
+                if last is None:
+                    raise LearnerLost(f"{err}; the run has no checkpoint to restore from "
+                                      "(set checkpoint.every_env_steps)") from err
+                if attempt == LEARNER_MAX_RESTORES:
+                    raise LearnerLost(f"{err}; giving up after {attempt} restores") from err
+                warnings.warn(f"{err}: restoring {last} (restore {attempt + 1} of at most {LEARNER_MAX_RESTORES})",
+                              UserWarning, stacklevel=2)
+                state, meta = load_checkpoint(last)
+        raise AssertionError("unreachable")
+
+    def _session(self, state: dict | None, meta: dict, t_start: float) -> TrainResult:
+        """One set of roles from ``state`` to the end of the run (or a lost learner)."""
+        from kilorl.trainer.checkpoint import Checkpointer, preload
+        from kilorl.trainer.loop import OnPolicyLoop
+        from kilorl.trainer.metrics import MetricsWriter
+        from kilorl.trainer.reporting import Reporter
+        from kilorl.trainer.session import RoleSession
+
+        cfg = self.cfg
         env_steps, iteration = int(meta.get("env_steps", 0)), int(meta.get("iteration", 0))
-        with RoleSession(cfg, self.cluster, state, iteration) as roles:
+        with RoleSession(cfg, self.cluster, state, iteration, l2_dir=str(self.run_dir.resolve() / "store-l2")) as roles:
             startup_s = time.time() - t_start
             preload()  # torch for checkpoints, imported while the first rollouts run
             ckpt = Checkpointer(self.run_dir, cfg.checkpoint.every_env_steps, cfg.checkpoint.keep,
