@@ -47,6 +47,10 @@ def tiny_config(**sections):
         "parallelism": {"actor": 1, "envs_per_actor": 4},
         "train": {"total_env_steps": 2048, "seed": 3},
         "logging": {"progress": False, "tensorboard": False, "report_every_s": 0.0},
+        # small reservations, so test runs fit next to each other on a shared CI machine
+        "resources": {"learner": {"gpus": 0, "cpus": 1, "memory_gb": 0.25},
+                      "actor": {"cpus": 1, "memory_gb": 0.25},
+                      "parameter_server": {"cpus": 0.1, "memory_gb": 0.1}},
     }
     if sections.get("algo", {}).get("name", "ppo") != "ppo":
         data["algo"] = {}  # the defaults above are PPO's fields

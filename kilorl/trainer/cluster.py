@@ -10,6 +10,7 @@ is refused) and *local* (nothing given, no Ray: a run starts an embedded Ray her
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -147,8 +148,13 @@ class Cluster:
         return "nccl" if cuda and "nccl" in local_backends() else "gloo"
 
     # ---- running ----------------------------------------------------------------------------
-    def connect(self, num_cpus_needed: int) -> bool:
-        """Initialize Ray if needed; returns True when this call started it."""
+    def connect(self, num_cpus_needed: float, memory_needed: float = 0.0) -> bool:
+        """Initialize Ray if needed; returns True when this call started it.
+
+        An embedded Ray declares at least ``num_cpus_needed`` CPUs and ``memory_needed`` bytes
+        (logical amounts, so the planned roles fit on a small machine) and names its node
+        ``local`` to the placement layer (``kilorl.trainer.role_placement``).
+        """
         import ray
 
         if self.kind == "described":
@@ -164,7 +170,10 @@ class Cluster:
             # `ray start` cluster last ran on this machine. Logical CPUs: every role must
             # fit even on a 2-core laptop; the OS shares the cores.
             kwargs["address"] = "local"
-            kwargs["num_cpus"] = max(os.cpu_count() or 1, num_cpus_needed)
+            kwargs["num_cpus"] = max(os.cpu_count() or 1, math.ceil(num_cpus_needed))
+            kwargs["resources"] = _local_node_resources()
+            if memory_needed > _default_memory():
+                kwargs["_memory"] = int(memory_needed)
         else:
             kwargs["address"] = self.address
         ray.init(**kwargs)
@@ -223,6 +232,20 @@ class Cluster:
         from kilorl.trainer.planning import plan
 
         return plan(config, topology if topology is not None else self.topology(), policy)
+
+
+def _local_node_resources() -> dict[str, float]:
+    from kilorl.placement.ray_placement import NODE_RESOURCE_AMOUNT, node_resource
+    from kilorl.trainer.role_placement import LOCAL_NODE
+
+    return {node_resource(LOCAL_NODE): NODE_RESOURCE_AMOUNT}
+
+
+def _default_memory() -> float:
+    """A lower bound of the ``memory`` an embedded Ray declares by itself (about 70% of free RAM)."""
+    import psutil
+
+    return 0.5 * psutil.virtual_memory().available
 
 
 def _ray_running() -> bool:

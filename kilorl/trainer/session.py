@@ -56,6 +56,8 @@ class RoleSession:
     learners: list[Any] = field(default_factory=list)
     actors: list[Any] = field(default_factory=list)
     times: StartupTimes = field(default_factory=StartupTimes)
+    placement: Any = None
+    """The roles' reserved placement groups (``role_placement.RolePlacement``)."""
     fleet: Any = None
     """The run's store workers (``StoreFleet``)."""
     l2_dir: str | None = None
@@ -78,24 +80,31 @@ class RoleSession:
         import ray
 
         from kilorl.roles.remote import ActorProcess, LearnerProcess
+        from kilorl.trainer.role_placement import RolePlacementError, local_needs, reserve
 
         cfg, par = self.cfg, self.cfg.parallelism
         t0 = time.perf_counter()
-        self._started_ray = self.cluster.connect(num_cpus_needed=par.actor + par.learner)
+        self._started_ray = self.cluster.connect(*local_needs(cfg))
         t1 = time.perf_counter()
         self.times.ray_s = t1 - t0
+        try:
+            self.placement = reserve(cfg)
+        except RolePlacementError as err:
+            raise StartupError(str(err)) from err
         self.fleet = self._store_fleet()
         self.store = parameter_store(cfg, self.fleet)
         backend = self.cluster.backend_for(cfg.train.device)
-        learner_cls = ray.remote(num_cpus=1, num_gpus=1 if cfg.train.device == "cuda" else 0)(LearnerProcess)
+        learner_cls = ray.remote(LearnerProcess)
         for r in range(par.learner):
-            self.learners.append(learner_cls.remote(cfg, self.store, r, par.learner, backend, state=self.state))
+            self.learners.append(learner_cls.options(**self.placement.options("learner", r)).remote(
+                cfg, self.store, r, par.learner, backend, state=self.state))
         # No task retries inside Ray: the loop re-collects a lost rollout itself, and counts it.
-        actor_cls = ray.remote(num_cpus=1, max_restarts=ACTOR_MAX_RESTARTS, max_task_retries=0)(ActorProcess)
+        actor_cls = ray.remote(max_restarts=ACTOR_MAX_RESTARTS, max_task_retries=0)(ActorProcess)
         # Fresh seeds after a resume, so a continued run does not replay the same episodes.
         for i in range(par.actor):
             seed = cfg.train.seed * 10_007 + i * 101 + self.iteration * 7_919
-            self.actors.append(actor_cls.remote(cfg, self.store, i, seed=seed))
+            self.actors.append(actor_cls.options(**self.placement.options("actor", i)).remote(
+                cfg, self.store, i, seed=seed))
         # Rank 0 names the rendezvous on its own node; every rank then builds its role.
         master = ray.get(self.learners[0].rendezvous.remote()) if par.learner > 1 else None
         starts = [h.start.remote(master) for h in self.learners]
@@ -144,9 +153,11 @@ class RoleSession:
                     pass
             if self.fleet is not None:
                 self.fleet.close()
+            if self.placement is not None:
+                self.placement.remove()
             if self._started_ray:
                 ray.shutdown()
-        self.actors, self.learners, self.store, self.fleet = [], [], None, None
+        self.actors, self.learners, self.store, self.fleet, self.placement = [], [], None, None, None
         self._started_ray = False
 
 

@@ -1,0 +1,189 @@
+"""The run's roles placed by the scheduler: the plan ``kilorl plan`` prints, reserved in Ray.
+
+The topology is read from the connected Ray cluster (its real CPUs, GPUs and memory), the
+gangs come from ``cfg.resources`` and ``cfg.parallelism`` through
+``kilorl.trainer.planning.plan`` (the function ``kilorl plan`` and ``Cluster.plan`` use), and
+the learners' and actors' bundles are reserved as Ray placement groups pinned to the planned
+nodes (``kilorl.placement.ray_placement``). Parameter-server shards are planned (they take
+room near the learners) but live in the store workers, one per node, so they get no group.
+
+One deviation from the dry run: a learner on ``train.device: cpu`` reserves no GPU (it would
+never use one), so a CPU run of a config written for GPUs still starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kilorl.config import Config
+
+RESERVED_ROLES = ("learner", "actor")
+"""Roles that run as Ray actors inside their placement group."""
+LOCAL_NODE = "local"
+"""Topology name of the node of an embedded Ray this run starts (declared as its node resource)."""
+READY_TIMEOUT_S = 30.0
+
+
+class RolePlacementError(RuntimeError):
+    """The roles cannot be placed or reserved; the message names the role and the resource."""
+
+
+def training_config(cfg: Config) -> Config:
+    """``cfg`` with what the roles really reserve: no learner GPU when learners run on the CPU."""
+    if cfg.train.device != "cpu" or cfg.resources.learner.gpus == 0:
+        return cfg
+    learner = cfg.resources.learner.model_copy(update={"gpus": 0.0})
+    return cfg.model_copy(update={"resources": cfg.resources.model_copy(update={"learner": learner})})
+
+
+def local_needs(cfg: Config) -> tuple[float, float]:
+    """(CPUs, memory bytes) every planned instance takes together: what an embedded Ray must declare."""
+    par, res = cfg.parallelism, training_config(cfg).resources
+    counts = {"learner": par.learner, "actor": par.actor, "parameter_server": par.parameter_server}
+    cpus = sum(n * getattr(res, role).cpus for role, n in counts.items())
+    mem = sum(n * getattr(res, role).memory_gb for role, n in counts.items()) * 2**30
+    return cpus, mem
+
+
+def ray_topology() -> Any:
+    """The connected Ray cluster's live nodes as the scheduler's topology.
+
+    A node that declares ``kilorl_node_<name>`` (``ray_node_resources``) is called ``<name>``;
+    others are called by their Ray node id.
+    """
+    import ray
+
+    from kilorl.placement import Gpu, Node, Topology
+    from kilorl.placement.ray_placement import NODE_RESOURCE_PREFIX
+
+    nodes = []
+    for info in ray.nodes():
+        if not info.get("Alive"):
+            continue
+        res = info.get("Resources", {})
+        declared = [k[len(NODE_RESOURCE_PREFIX):] for k in res if k.startswith(NODE_RESOURCE_PREFIX)]
+        name = declared[0] if declared else f"ray-{info['NodeID'][:12]}"
+        model = next((k.split(":", 1)[1] for k in res if k.startswith("accelerator_type:")), "GPU")
+        gpus = tuple(Gpu(g, model, 0.0, island=0) for g in range(int(res.get("GPU", 0))))
+        nodes.append(Node(name, float(res.get("CPU", 0)), res.get("memory", 0) / 2**30, gpus, (), "leaf-0", "leaf-0"))
+    return Topology("ray:attached", tuple(nodes))
+
+
+@dataclass
+class RolePlacement:
+    """A run's reserved placement: per role, one placement group and the plan behind it."""
+
+    placement: Any
+    groups: dict[str, Any] = field(default_factory=dict)
+    """role -> Ray ``PlacementGroup`` (learner, actor)."""
+
+    @property
+    def specs(self) -> dict[str, Any]:
+        from kilorl.placement.ray_placement import placement_group_specs
+
+        return placement_group_specs(self.placement)
+
+    def planned_nodes(self, role: str) -> list[str]:
+        """Topology node of each instance of ``role``, in instance order."""
+        return self.specs[role].nodes
+
+    def options(self, role: str, instance: int) -> dict[str, Any]:
+        """``.options(...)`` of instance ``instance``: its bundle's resources and strategy."""
+        from kilorl.placement.ray_placement import scheduling_strategy
+
+        bundle = self.specs[role].bundles[instance]
+        opts: dict[str, Any] = {"num_cpus": bundle.get("CPU", 0.0), "num_gpus": bundle.get("GPU", 0.0),
+                                "scheduling_strategy": scheduling_strategy(self.groups, role, instance)}
+        if bundle.get("memory"):
+            opts["memory"] = bundle["memory"]
+        return opts
+
+    def remove(self) -> None:
+        """Release every group (idempotent)."""
+        from ray.util import remove_placement_group
+
+        for group in self.groups.values():
+            try:
+                remove_placement_group(group)
+            except Exception:  # noqa: BLE001 - already removed is fine: the goal is "not reserved"
+                pass
+        self.groups = {}
+
+
+def reserve(cfg: Config, *, timeout_s: float = READY_TIMEOUT_S) -> RolePlacement:
+    """Plan ``cfg``'s roles on the connected Ray cluster and reserve the learners' and actors' bundles."""
+    from kilorl.placement import PlacementError
+    from kilorl.trainer.planning import plan
+
+    topology = ray_topology()
+    try:
+        placement = plan(training_config(cfg), topology)
+    except PlacementError as err:
+        have = ", ".join(f"{n.name}: {n.cpus:g} CPU, {len(n.gpus)} GPU, {n.memory_gb:.1f} GiB" for n in topology.nodes)
+        raise RolePlacementError(f"{err} (see resources.{err.role}); Ray has {have}") from err
+    reserved = _Only(placement, RESERVED_ROLES)
+    out = RolePlacement(reserved)
+    try:
+        out.groups = _create_groups(reserved, topology, timeout_s)
+    except BaseException:
+        out.remove()
+        raise
+    return out
+
+
+def _create_groups(placement: Any, topology: Any, timeout_s: float) -> dict[str, Any]:
+    """Pinned groups when every node declares its node resource; a single plain node needs no pin."""
+    import ray
+
+    from kilorl.placement.ray_placement import RayPlacementError, create_placement_groups, node_resource
+
+    declared = {k for info in ray.nodes() if info.get("Alive") for k in info.get("Resources", {})}
+    undeclared = [n.name for n in topology.nodes if node_resource(n.name) not in declared]
+    try:
+        if not undeclared:
+            return create_placement_groups(placement, timeout_s=timeout_s)
+        if len(topology.nodes) == 1:
+            return _unpinned_groups(placement, timeout_s)
+    except RayPlacementError as err:
+        raise RolePlacementError(f"Ray could not reserve the planned roles: {err}") from err
+    raise RolePlacementError(f"Ray nodes {', '.join(undeclared[:4])} declare no kilorl node resource, so the "
+                             "planned roles cannot be pinned to them; start each raylet with "
+                             "--resources from kilorl.placement.ray_placement.ray_node_resources()")
+
+
+def _unpinned_groups(placement: Any, timeout_s: float) -> dict[str, Any]:
+    """One node without a node resource: the same bundles, which can only land on it."""
+    import ray
+    from ray.util import placement_group, remove_placement_group
+
+    from kilorl.placement.ray_placement import NODE_RESOURCE_PREFIX, placement_group_specs
+
+    groups: dict[str, Any] = {}
+    try:
+        for role, spec in placement_group_specs(placement).items():
+            bundles = [{k: v for k, v in b.items() if not k.startswith(NODE_RESOURCE_PREFIX)} for b in spec.bundles]
+            groups[role] = placement_group(bundles, strategy="PACK", name=f"kilorl-{role}")
+        _, pending = ray.wait([g.ready() for g in groups.values()], num_returns=len(groups), timeout=timeout_s)
+        if pending:
+            raise RolePlacementError(f"Ray could not reserve {len(pending)} planned role group(s) in {timeout_s:g}s")
+    except BaseException:
+        for g in groups.values():
+            remove_placement_group(g)
+        raise
+    return groups
+
+
+@dataclass
+class _Only:
+    """A placement seen through some of its roles (what ``placement_group_specs`` reads)."""
+
+    whole: Any
+    roles: tuple[str, ...]
+
+    @property
+    def state(self) -> Any:
+        return self.whole.state
+
+    def by_role(self) -> dict[str, list[Any]]:
+        return {r: a for r, a in self.whole.by_role().items() if r in self.roles}
