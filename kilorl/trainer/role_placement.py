@@ -49,18 +49,19 @@ def local_needs(cfg: Config) -> tuple[float, float]:
 def ray_topology() -> Any:
     """The connected Ray cluster's live nodes as the scheduler's topology.
 
-    A node that declares ``kilorl_node_<name>`` (``ray_node_resources``) is called ``<name>``;
-    others are called by their Ray node id.
+    A node that declares ``kilorl_node_<name>`` (``ray_node_resources``) is called ``<name>``.
+    When some nodes declare one, only those take roles (a head node without one is left out);
+    when none does, every node is named by its Ray node id.
     """
     import ray
 
     from kilorl.placement import Gpu, Node, Topology
     from kilorl.placement.ray_placement import NODE_RESOURCE_PREFIX
 
+    alive = [info for info in ray.nodes() if info.get("Alive")]
+    named = [info for info in alive if any(k.startswith(NODE_RESOURCE_PREFIX) for k in info.get("Resources", {}))]
     nodes = []
-    for info in ray.nodes():
-        if not info.get("Alive"):
-            continue
+    for info in named or alive:
         res = info.get("Resources", {})
         declared = [k[len(NODE_RESOURCE_PREFIX):] for k in res if k.startswith(NODE_RESOURCE_PREFIX)]
         name = declared[0] if declared else f"ray-{info['NodeID'][:12]}"

@@ -1,0 +1,63 @@
+"""The trainer places its roles by the scheduler's plan, in Ray placement groups it removes again."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kilorl.trainer import StartupError, Trainer
+from kilorl.trainer.role_placement import local_needs, training_config
+from tests.conftest import REPO, tiny_config
+from tests.trainer.test_startup import BROKEN
+
+
+def _live_groups(ray) -> list[str]:
+    return [g["name"] for g in ray.util.placement_group_table().values() if g["state"] != "REMOVED"]
+
+
+def test_two_raylets_roles_run_on_the_planned_nodes_and_groups_are_removed():
+    out = subprocess.run([sys.executable, "-m", "tests.trainer.placement_check"], capture_output=True, text=True,
+                         timeout=480, cwd=REPO, env={**os.environ, "RAY_ADDRESS": ""})
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    for role in ("learner", "actor"):
+        assert [r["ids"][n] for n in r["planned"][role]] == r["ran"][role], role
+    assert len(set(r["planned"]["learner"])) == 1  # one island: both learners on one node
+    assert set(r["planned"]["learner"]) != set(r["planned"]["actor"])  # the actors on the other node
+    assert r["groups_running"] == 2 and r["groups_after"] == 0
+    assert "actor" in r["broken_error"] and "refuses to reset" in r["broken_error"]
+    assert r["groups_after_broken"] == 0
+    assert "cannot place 'actor'" in r["unfit_error"] and "4 CPU" in r["unfit_error"]
+    assert "resources.actor" in r["unfit_error"]
+    assert r["groups_after_unfit"] == 0
+
+
+def test_failed_start_on_a_local_cluster_leaves_no_placement_group(ray_local, tmp_path):
+    before = _live_groups(ray_local)
+    cfg = tiny_config(env={"id": BROKEN}, parallelism={"actor": 2})
+    with pytest.raises(StartupError, match="refuses to reset"):
+        Trainer(cfg, tmp_path / "run").fit()
+    assert _live_groups(ray_local) == before
+
+
+def test_plan_that_does_not_fit_names_the_role_and_the_resource(ray_local, tmp_path):
+    before = _live_groups(ray_local)
+    cfg = tiny_config(resources={"learner": {"gpus": 2, "cpus": 1, "memory_gb": 0.1}}, train={"device": "cuda"})
+    with pytest.raises(StartupError, match=r"cannot place 'learner'.*needs 2 GPU.*resources\.learner"):
+        Trainer(cfg, tmp_path / "run").fit()
+    assert _live_groups(ray_local) == before
+
+
+def test_cpu_learner_reserves_no_gpu_and_an_embedded_ray_declares_what_the_plan_needs():
+    cfg = tiny_config(resources={"learner": {"gpus": 1, "cpus": 2, "memory_gb": 16}}, parallelism={"actor": 3})
+    assert training_config(cfg).resources.learner.gpus == 0
+    assert training_config(cfg).resources.learner.cpus == 2
+    cuda = tiny_config(resources={"learner": {"gpus": 1}}, train={"device": "cuda"})
+    assert training_config(cuda).resources.learner.gpus == 1
+    cpus, memory = local_needs(cfg)
+    assert cpus == 2 + 3 * 1 + 1 * 0.1
+    assert memory == pytest.approx((16 + 3 * 0.25 + 0.1) * 2**30)
