@@ -18,6 +18,7 @@ from kilorl.algos.a2c.config import A2CConfig
 from kilorl.algos.ppo.config import PPOConfig
 from kilorl.algos.registry import names as algo_names
 from kilorl.config_section import Section as _Section
+from kilorl.monitor.settings import MonitorConfig
 
 
 class ConfigError(ValueError):
@@ -154,6 +155,8 @@ class Config(_Section):
     """Checkpoint cadence."""
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     """Metrics and progress reporting."""
+    monitor: MonitorConfig = Field(default_factory=MonitorConfig)
+    """Prometheus metrics from every role and memory-leak detection (docs/monitor.md); off by default."""
 
     @model_validator(mode="before")
     @classmethod

@@ -11,11 +11,13 @@ from __future__ import annotations
 import socket
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from kilorl.config import Config
 from kilorl.trainer.cluster import Cluster
+from kilorl.trainer.monitoring import SessionMonitor, start_monitoring
 
 
 class StartupError(RuntimeError):
@@ -52,6 +54,10 @@ class RoleSession:
     """Learner state to resume from (a checkpoint), or None for a fresh start."""
     iteration: int = 0
     """First version to publish (the resumed iteration)."""
+    run_dir: Path | None = None
+    """The run's directory (the monitor keeps its targets file there)."""
+    monitor: SessionMonitor | None = None
+    """Node exporters and discovery when ``monitor.prometheus.enabled`` (kilorl.trainer.monitoring)."""
     store: Any = None
     learners: list[Any] = field(default_factory=list)
     actors: list[Any] = field(default_factory=list)
@@ -81,17 +87,22 @@ class RoleSession:
         self._started_ray = self.cluster.connect(num_cpus_needed=par.actor + par.learner)
         t1 = time.perf_counter()
         self.times.ray_s = t1 - t0
+        self.monitor = start_monitoring(self.run_dir, cfg.monitor)
+        if self.monitor is not None:
+            self.monitor.start()
+        report = {"monitor": self.monitor.spec} if self.monitor is not None else {}
         self.store = RayParameterStore.create(par.parameter_server)
         backend = self.cluster.backend_for(cfg.train.device)
         master = ("127.0.0.1", _free_port()) if par.learner > 1 else None
         learner_cls = ray.remote(num_cpus=1, num_gpus=1 if cfg.train.device == "cuda" else 0)(LearnerProcess)
         for r in range(par.learner):
-            self.learners.append(learner_cls.remote(cfg, self.store, r, par.learner, backend, master, self.state))
+            self.learners.append(learner_cls.remote(cfg, self.store, r, par.learner, backend, master, self.state,
+                                                    **report))
         actor_cls = ray.remote(num_cpus=1)(ActorProcess)
         # Fresh seeds after a resume, so a continued run does not replay the same episodes.
         for i in range(par.actor):
             seed = cfg.train.seed * 10_007 + i * 101 + self.iteration * 7_919
-            self.actors.append(actor_cls.remote(cfg, self.store, i, seed=seed))
+            self.actors.append(actor_cls.remote(cfg, self.store, i, seed=seed, **report))
         # All roles start in parallel; start-up ends when every one is built and the first
         # version is published, so process spawn and imports are not counted as training.
         waits = {f"learner {r}": h.publish.remote(self.iteration) for r, h in enumerate(self.learners)}
@@ -125,8 +136,11 @@ class RoleSession:
                     ray.kill(handle)
                 except Exception:  # noqa: BLE001 - already dead is fine: the goal is "not running"
                     pass
-            if self._started_ray:
-                ray.shutdown()
+        if self.monitor is not None:
+            self.monitor.close()
+            self.monitor = None
+        if self._started_ray and ray.is_initialized():
+            ray.shutdown()
         self.actors, self.learners, self.store = [], [], None
         self._started_ray = False
 

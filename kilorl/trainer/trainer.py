@@ -104,8 +104,10 @@ class Trainer:
         (self.run_dir / "config.yaml").write_text(dump_config(cfg))
         state, meta = load_checkpoint(self._resume_from) if self._resume_from is not None else (None, {})
         env_steps, iteration = int(meta.get("env_steps", 0)), int(meta.get("iteration", 0))
-        with RoleSession(cfg, self.cluster, state, iteration) as roles:
+        with RoleSession(cfg, self.cluster, state, iteration, run_dir=self.run_dir) as roles:
             startup_s = time.time() - t_start
+            if roles.monitor is not None:
+                print(roles.monitor.describe(), flush=True)
             preload()  # torch for checkpoints, imported while the first rollouts run
             ckpt = Checkpointer(self.run_dir, cfg.checkpoint.every_env_steps, cfg.checkpoint.keep,
                                 cfg.model_dump(mode="json"), env_steps)
