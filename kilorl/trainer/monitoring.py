@@ -11,10 +11,11 @@ address goes into the targets file. Everything started is recorded as it starts,
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
-from kilorl.monitor.runtime import DriverMonitor, start_node_exporter
+from kilorl.monitor.runtime import DriverMonitor, socket_dir, start_node_exporter
 from kilorl.monitor.settings import MonitorConfig, PrometheusConfig
 from kilorl.roles.monitoring import MonitorSpec, current_node, node_label
 
@@ -84,6 +85,8 @@ class SessionMonitor:
         if self.driver is not None:
             self.driver.close()
             self.driver = None
+            with contextlib.suppress(OSError):  # the per-run socket directory, once every socket is gone
+                socket_dir(self.run_dir).rmdir()
 
 
 def start_monitoring(run_dir: str | Path | None, config: MonitorConfig) -> SessionMonitor | None:
