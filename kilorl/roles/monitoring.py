@@ -61,8 +61,12 @@ def _nbytes(tensors: dict[str, Any]) -> int:
     return int(sum(getattr(v, "nbytes", 0) for v in tensors.values()))
 
 
-class _StoreWrapper(ParameterStore):
-    """Forwards every call to ``inner``; subclasses intercept what they measure."""
+class _StoreWrapper:
+    """Forwards every call to ``inner``; subclasses intercept what they measure.
+
+    Duck-typed rather than a ``ParameterStore`` subclass on purpose: any method a
+    concrete store adds is forwarded as it is, so the wrapper never hides one.
+    """
 
     def __init__(self, inner: ParameterStore, metrics: RoleMetrics) -> None:
         self.inner, self.metrics = inner, metrics
