@@ -108,11 +108,11 @@ def _num(v: float | None, fmt: str, scale: float = 1.0) -> str:
 
 def _trend(row: RoleRow) -> str:
     """The worst memory series: its slope and predicted time to the limit."""
-    if not row.time_to_limit_s:
-        return "warming up"
-    memory = min(row.time_to_limit_s, key=lambda m: row.time_to_limit_s[m])
+    if not row.slope:
+        return "warming up"  # no verdict before the detector's warm-up and first window
+    memory = min(row.slope, key=lambda m: row.time_to_limit_s.get(m, math.inf))
     slope = row.slope.get(memory)
-    ttl = row.time_to_limit_s[memory]
+    ttl = row.time_to_limit_s.get(memory, math.inf)
     text = f"{memory} {_num(slope, '+.2f', MiB)} MiB/s"
     if memory in row.suspected:
         text += f" LEAK, limit in {ttl:.0f} s" if math.isfinite(ttl) else " LEAK"

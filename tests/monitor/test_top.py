@@ -23,7 +23,7 @@ def test_top_shows_each_role_with_its_throughput_and_memory(tmp_path):
 
         def both() -> object:
             rows, errors = collect(tmp_path / "run")
-            done = {(r.role, r.rank) for r in rows if r.time_to_limit_s} == {("actor", "1"), ("learner", "0")}
+            done = {(r.role, r.rank) for r in rows if r.slope} == {("actor", "1"), ("learner", "0")}
             return (rows, errors) if done and any(r.episode_return for r in rows) else None
 
         rows, errors = wait_for(both, 20, "both roles with a memory verdict")
