@@ -40,6 +40,7 @@ def _steady_sps(run_dir: Path) -> float:
 
 def _cfg(path: str, steps: int, monitor: bool, actors: int | None):
     overrides = [f"train.total_env_steps={steps}", "logging.progress=false", "logging.report_every_s=1.0",
+                 "logging.tensorboard=false",
                  f"monitor.prometheus.enabled={str(monitor).lower()}", "monitor.prometheus.port=0",
                  "checkpoint.every_env_steps=100000000"]
     if actors:
