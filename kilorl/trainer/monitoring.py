@@ -89,10 +89,8 @@ class SessionMonitor:
                 socket_dir(self.run_dir).rmdir()
 
 
-def start_monitoring(run_dir: str | Path | None, config: MonitorConfig) -> SessionMonitor | None:
-    """The run's monitor when ``monitor.prometheus.enabled`` (needs a run directory), else None."""
-    if not config.prometheus.enabled:
-        return None
+def start_monitoring(run_dir: str | Path | None, config: MonitorConfig) -> SessionMonitor:
+    """The run's monitor (not started yet: the caller records it first, so a failed start is torn down)."""
     if run_dir is None:
         raise ValueError("monitor.prometheus.enabled needs a run directory for the targets file")
     return SessionMonitor(run_dir, config)

@@ -13,11 +13,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kilorl.config import Config
 from kilorl.trainer.cluster import Cluster
-from kilorl.trainer.monitoring import SessionMonitor, start_monitoring
+
+if TYPE_CHECKING:
+    from kilorl.trainer.monitoring import SessionMonitor
 
 
 class StartupError(RuntimeError):
@@ -87,8 +89,10 @@ class RoleSession:
         self._started_ray = self.cluster.connect(num_cpus_needed=par.actor + par.learner)
         t1 = time.perf_counter()
         self.times.ray_s = t1 - t0
-        self.monitor = start_monitoring(self.run_dir, cfg.monitor)
-        if self.monitor is not None:
+        if cfg.monitor.prometheus.enabled:  # imported only then: prometheus_client stays out of plain runs
+            from kilorl.trainer.monitoring import start_monitoring
+
+            self.monitor = start_monitoring(self.run_dir, cfg.monitor)
             self.monitor.start()
         report = {"monitor": self.monitor.spec} if self.monitor is not None else {}
         self.store = RayParameterStore.create(par.parameter_server)

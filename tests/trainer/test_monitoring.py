@@ -137,7 +137,7 @@ def test_kilorl_top_shows_every_role_of_a_running_training(ray_local, tmp_path):
     from kilorl.monitor.top import collect, render
 
     run = tmp_path / "run"
-    trainer = Trainer(_config(20_000), run)
+    trainer = Trainer(_config(40_000), run)
     thread = threading.Thread(target=trainer.fit, daemon=True)
     thread.start()
     try:
