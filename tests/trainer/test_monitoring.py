@@ -146,7 +146,7 @@ def test_kilorl_top_shows_every_role_of_a_running_training(ray_local, tmp_path):
             have = {(r.role, r.rank) for r in rows if r.rss_bytes is not None}
             return (rows, errors) if set(EVERY_ROLE) <= have and any(r.env_steps for r in rows) else None
 
-        rows, errors = wait_for(all_roles, 120, "every role in kilorl top")
+        rows, errors = wait_for(all_roles, 180, "every role in kilorl top")
         assert errors == []
         table = render(rows, errors)
         assert len(table.splitlines()) == 1 + len(EVERY_ROLE)
