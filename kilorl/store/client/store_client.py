@@ -229,10 +229,26 @@ class StoreClient:
 
     # -- KV ------------------------------------------------------------------------------
     def set(self, key: str, value: Any, write_mode: WriteMode = WriteMode.NONE_L2, ttl: float | None = None,
-            tier: str | None = None, pin: bool = False) -> None:
-        """Stores ``value`` (bytes, str, ndarray, tensor, dict of them) under ``key``."""
+            tier: str | None = None, pin: bool = False, if_absent: bool = False) -> bool:
+        """Stores ``value`` (bytes, str, ndarray, tensor, dict of them) under ``key``.
+
+        ``if_absent``: only if the key does not exist yet, decided atomically by the worker
+        (on a mesh by the key's ring owner): of concurrent writers exactly one stores.
+        Returns whether the value was stored (always True without ``if_absent``)."""
         fields = {"key": key, "mode": WriteMode(write_mode).value, "ttl": ttl, "tier": tier, "pin": pin}
-        self._retrying(lambda: self._write(dict(fields), value))
+        if if_absent:
+            fields["nx"] = True
+        resp = self._retrying(lambda: self._write(dict(fields), value))
+        return bool(resp.get("stored", True))
+
+    def incr(self, key: str, delta: int = 1) -> int:
+        """Adds ``delta`` to the integer counter ``key`` (absent: 0) atomically in the worker
+        (on a mesh on the key's ring owner) and returns the new value. The counter is stored
+        as decimal bytes: ``get`` returns e.g. ``b"42"``. A retry after a lost connection
+        may apply ``delta`` twice."""
+        if isinstance(delta, bool) or not isinstance(delta, int):
+            raise InvalidRequest(f"delta: expected an int, got {type(delta).__name__}")
+        return int(self._retrying(lambda: self._call({"op": "incr", "key": key, "delta": delta}))[0]["value"])
 
     def get(self, key: str, timeout: float | None = None) -> Any:
         """The value of ``key``; local large values are read-only zero-copy views.
@@ -288,7 +304,15 @@ class StoreClient:
         return self._retrying(lambda: self._call({"op": "delete", "keys": list(keys)}))[0]["n"]
 
     def exists(self, key: str) -> bool:
-        return bool(self._retrying(lambda: self._call({"op": "exists", "keys": [key]}))[0]["found"][0])
+        return self.exists_many([key])[0]
+
+    def exists_many(self, keys: list[str]) -> list[bool]:
+        """Whether each of ``keys`` exists (anywhere on a mesh), in order, in one request."""
+        keys = list(keys)
+        if not all(isinstance(k, str) for k in keys):
+            raise InvalidRequest("keys: every key must be a string")
+        found = self._retrying(lambda: self._call({"op": "exists", "keys": keys}))[0]["found"]
+        return [bool(f) for f in found]
 
     def expire(self, key: str, ttl: float | None) -> bool:
         """Sets (or with ``None`` clears) a key's time to live; False if the key is absent."""

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kilorl.store.errors import InvalidRequest, KeyNotFound, StoreError, StoreFullError, StoreTimeout
+from kilorl.store.errors import InvalidRequest, KeyExists, KeyNotFound, StoreError, StoreFullError, StoreTimeout
 from kilorl.store.local import tiering
 from kilorl.store.local.arena import Allocator
 from kilorl.store.local.config import ResolvedConfig
@@ -243,10 +243,15 @@ class ObjectStore:
                                  f"(available: {sorted(self.available)})")
 
     def put(self, key: str, meta: dict[str, Any], size: int, data: Region | bytearray, *, tier: str | None,
-            ttl: float | None, l2_mode: str | None, pin: bool) -> tuple[Obj, Obj | None]:
-        """Stores an object (taking ownership of ``data``); returns (new, replaced)."""
+            ttl: float | None, l2_mode: str | None, pin: bool, if_absent: bool = False) -> tuple[Obj, Obj | None]:
+        """Stores an object (taking ownership of ``data``); returns (new, replaced).
+
+        ``if_absent``: raise ``KeyExists`` instead if a live object holds ``key`` (decided
+        under the table lock, so of concurrent set-if-absent writers exactly one stores)."""
         with self.lock:
             try:
+                if if_absent and self.live(key) is not None:
+                    raise KeyExists(f"key {key!r} already exists")
                 self.check_tier(tier)
                 pref = tiering.preferred_tier(key, tier, self.rc.spec.tier_rules, self.available)
                 obj = Obj(key, next(self._gens), meta, size, pref, pinned=pin, l2_mode=l2_mode,

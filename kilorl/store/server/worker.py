@@ -88,6 +88,8 @@ class Worker:
         self.router: Router = Router()  # a worker alone; a multi-node layer sets its own
         self.local_book = LocalVersionBook(self.versions)
         self._stopping = threading.Event()
+        self.rmw_lock = threading.Lock()
+        """Orders this worker's read-modify-write ops (``incr``, server/counters.py)."""
         self.connections: dict[int, Connection] = {}
         self._conn_ids = itertools.count(1)
         self._stop = threading.Event()
