@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import collections
 import ctypes
-import enum
 import os
 import socket
 import threading
 import time
 import weakref
 from collections.abc import Iterable
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
+from kilorl.store.client.streams import Consumer, Producer
+from kilorl.store.client.types import Versioned, WriteMode, resolve_token
 from kilorl.store.errors import (
     ConnectionLost,
     InvalidRequest,
@@ -32,45 +32,8 @@ from kilorl.store.errors import (
     error_from_code,
 )
 from kilorl.store.wire import codec as serialization
-from kilorl.store.wire.protocol import FramedSocket, host_identity, is_loopback, parse_address
-from kilorl.store.wire.rundir import default_run_dir
+from kilorl.store.wire.protocol import FramedSocket, host_identity, parse_address
 from kilorl.store.wire.shm import Arena
-
-
-class WriteMode(enum.Enum):
-    """Durability of a ``set``."""
-
-    NONE_L2 = "none"
-    """Memory tiers only."""
-    WRITE_THROUGH_L2 = "through"
-    """Written and fsynced to the worker's L2 directory before ``set`` returns."""
-    WRITE_BACK_L2 = "back"
-    """Acknowledged at once, flushed to L2 by a bounded queue (and on clean shutdown)."""
-
-
-class Versioned(NamedTuple):
-    version: int
-    value: Any
-
-
-class StreamMessage(NamedTuple):
-    id: int
-    value: Any
-    deliveries: int
-
-
-def _resolve_token(token: str | None, host: str, port: int, run_dir: str | None) -> str | None:
-    if token:
-        return token
-    if os.environ.get("KILORL_STORE_TOKEN"):
-        return os.environ["KILORL_STORE_TOKEN"]
-    if is_loopback(host) or run_dir:
-        path = Path(run_dir) if run_dir else default_run_dir(port)
-        try:
-            return (path / "token").read_text().strip()
-        except OSError:
-            return None
-    return None
 
 
 class StoreClient:
@@ -96,7 +59,7 @@ class StoreClient:
         """(Re)connects to ``address``; leases of an earlier connection are forgotten (they
         died with it), its arena mapping stays alive as long as views of it exist."""
         host, port = parse_address(address)
-        token = _resolve_token(self._token_arg, host, port, self._run_dir)
+        token = resolve_token(self._token_arg, host, port, self._run_dir)
         self._token = token
         sock = socket.create_connection((host, port), timeout=self._connect_timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -392,10 +355,10 @@ class StoreClient:
 
     # -- streams -------------------------------------------------------------------------
     def producer(self, stream: str, capacity: int | None = None) -> Producer:
-        return Producer(self, stream, capacity)
+        return Producer(self._call, self._check_size, stream, capacity)
 
     def consumer(self, stream: str, group: str) -> Consumer:
-        return Consumer(self, stream, group)
+        return Consumer(self._call, stream, group)
 
     def close(self) -> None:
         self._fs.close()
@@ -407,35 +370,3 @@ class StoreClient:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-class Producer:
-    """Sends messages to a stream; ``send`` blocks while the stream is full."""
-
-    def __init__(self, client: StoreClient, stream: str, capacity: int | None):
-        self.client, self.stream, self.capacity = client, stream, capacity
-
-    def send(self, value: Any, timeout: float | None = None) -> int:
-        enc = serialization.encode(value)
-        self.client._check_size(enc.nbytes)
-        resp, _ = self.client._call({"op": "xsend", "stream": self.stream, "meta": enc.meta, "timeout": timeout,
-                                     "capacity": self.capacity}, enc.buffers())
-        return resp["id"]
-
-
-class Consumer:
-    """Receives from a stream within a consumer group; unacked messages are redelivered."""
-
-    def __init__(self, client: StoreClient, stream: str, group: str):
-        self.client, self.stream, self.group = client, stream, group
-
-    def receive(self, timeout: float | None = None) -> StreamMessage | None:
-        resp, payload = self.client._call({"op": "xrecv", "stream": self.stream, "group": self.group,
-                                           "timeout": timeout})
-        if resp["id"] is None:
-            return None
-        value = serialization.decode(resp["meta"], payload if payload is not None else memoryview(b""))
-        return StreamMessage(resp["id"], value, resp["deliveries"])
-
-    def ack(self, *ids: int) -> int:
-        return self.client._call({"op": "xack", "stream": self.stream, "group": self.group, "ids": list(ids)})[0]["n"]
