@@ -32,7 +32,7 @@ from kilorl.store.errors import (
     StoreError,
     WorkerLeaving,
 )
-from kilorl.store.local.objects import ReadHandle, Region
+from kilorl.store.local.entries import ReadHandle, Region
 from kilorl.store.mesh.copies import LocalCopies
 from kilorl.store.mesh.links import MeshLinks
 from kilorl.store.mesh.membership import Membership

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kilorl.store.errors import StoreError, WorkerLeaving
-from kilorl.store.local.objects import Region
+from kilorl.store.local.entries import Region
 from kilorl.store.mesh import transfer
 from kilorl.store.mesh.records import MetaRecord, merge, new_version, pack_records, unpack_records
 from kilorl.store.server.request import Reply, arg

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kilorl.store.local.objects import ReadHandle
+from kilorl.store.local.entries import ReadHandle
 from kilorl.store.server.version_book import VersionBook
 
 

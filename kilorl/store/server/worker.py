@@ -25,8 +25,9 @@ from typing import Any
 
 from kilorl.store.errors import AuthError, ConfigError, InvalidRequest, ProtocolError, StoreError
 from kilorl.store.local.config import ResolvedConfig
+from kilorl.store.local.entries import Region
 from kilorl.store.local.keyspace import KeySpace
-from kilorl.store.local.objects import ObjectStore, Region
+from kilorl.store.local.objects import ObjectStore
 from kilorl.store.local.streams import StreamTable
 from kilorl.store.local.versions import HIDDEN, VersionTable
 from kilorl.store.server.request import Handler

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kilorl.store.errors import InvalidRequest, KeyExists
-from kilorl.store.local.objects import Region
+from kilorl.store.local.entries import Region
 from kilorl.store.local.versions import version_key
 from kilorl.store.server.request import OpTable, Reply, arg, ttl_field, user_key
 
