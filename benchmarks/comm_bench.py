@@ -8,7 +8,8 @@
 throughput: GB/s of fp32 gradient processed by each compressor on one core (compress =
 select + encode; decode = decode + scatter into a dense tensor), median of ``--runs``.
 overlap: step time (forward + backward + gradient sync + SGD step) of an MLP with two
-1024-wide hidden layers on 2 gloo learners, ``overlap_compute_comm`` on and off, then
+1024-wide hidden layers on 2 gloo learners, ``overlap_compute_comm`` on and off (under DDP
+and under BucketedAllReduce), then
 each compression method (overlap on), alternating within the same two processes, median
 of ``--runs`` rounds of ``--steps`` steps; on a loaded machine read the per-round ratios
 to the dense overlapped step (each round runs every case back to back). Prints JSON.
@@ -30,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kilorl.comm import CompressionConfig, DistributedModel  # noqa: E402
+from kilorl.comm import BucketedAllReduce, CompressionConfig, DistributedModel  # noqa: E402
 from kilorl.comm import encoding as enc  # noqa: E402
 from kilorl.comm.compressors import ThresholdTopK  # noqa: E402
 
@@ -120,13 +121,15 @@ def _mlp() -> torch.nn.Module:
                                torch.nn.Linear(1024, 512))
 
 
-OVERLAP_CASES = {
-    "dense, overlap on": (True, {}),
-    "dense, overlap off": (False, {}),
-    "bf16, overlap on": (True, {"method": "bf16"}),
-    "powersgd r4, overlap on": (True, {"method": "powersgd", "powersgd_rank": 4}),
-    "threshold_topk 0.3, overlap on": (True, {"method": "threshold_topk", "topk_ratio": 0.3}),
-    "threshold_topk 0.05, overlap on": (True, {"method": "threshold_topk", "topk_ratio": 0.05}),
+OVERLAP_CASES = {  # name -> (DDP or BucketedAllReduce, overlap_compute_comm, compression)
+    "dense, overlap on": ("ddp", True, {}),
+    "dense, overlap off": ("ddp", False, {}),
+    "dense, BucketedAllReduce overlap on": ("sync", True, {}),
+    "dense, BucketedAllReduce overlap off": ("sync", False, {}),
+    "bf16, overlap on": ("ddp", True, {"method": "bf16"}),
+    "powersgd r4, overlap on": ("ddp", True, {"method": "powersgd", "powersgd_rank": 4}),
+    "threshold_topk 0.3, overlap on": ("ddp", True, {"method": "threshold_topk", "topk_ratio": 0.3}),
+    "threshold_topk 0.05, overlap on": ("ddp", True, {"method": "threshold_topk", "topk_ratio": 0.05}),
 }
 
 
@@ -138,31 +141,35 @@ def _overlap_worker(rank: int, port: int, steps: int, runs: int, bucket_mb: floa
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     models = {}
     for name in cases:
-        overlap, comp = OVERLAP_CASES[name]
+        kind, overlap, comp = OVERLAP_CASES[name]
         net = _mlp()
-        dm = DistributedModel(net, compression=CompressionConfig(**comp), bucket_cap_mb=bucket_mb,
-                              overlap_compute_comm=overlap)
-        models[name] = (dm, torch.optim.SGD(net.parameters(), lr=1e-3))
+        cfg = CompressionConfig(**comp)
+        if kind == "ddp":
+            dm = DistributedModel(net, compression=cfg, bucket_cap_mb=bucket_mb, overlap_compute_comm=overlap)
+            models[name] = (dm, dm, torch.optim.SGD(net.parameters(), lr=1e-3))
+        else:
+            sync = BucketedAllReduce(net.parameters(), cfg, bucket_cap_mb=bucket_mb, overlap_compute_comm=overlap)
+            models[name] = (net, sync, torch.optim.SGD(net.parameters(), lr=1e-3))
     x = torch.randn(batch, 512, generator=torch.Generator().manual_seed(rank))
     times: dict[str, list[float]] = {n: [] for n in models}
     stats: dict[str, dict] = {}
 
-    def step(dm, opt):
+    def step(forward, sync, opt):
         opt.zero_grad()
-        dm(x).pow(2).mean().backward()
-        s = dm.synchronize()
+        forward(x).pow(2).mean().backward()
+        s = sync.synchronize()
         opt.step()
         return s
 
-    for dm, opt in models.values():  # warm-up: DDP bucket rebuild, PowerSGD / top-k warm-up steps
+    for case in models.values():  # warm-up: DDP bucket rebuild, PowerSGD / top-k warm-up steps
         for _ in range(3):
-            step(dm, opt)
+            step(*case)
     for _ in range(runs):
-        for name, (dm, opt) in models.items():
+        for name, case in models.items():
             dist.barrier()
             t0 = time.perf_counter()
             for _ in range(steps):
-                s = step(dm, opt)
+                s = step(*case)
             times[name].append((time.perf_counter() - t0) / steps)
             stats[name] = s.as_metrics()
     if rank == 0:

@@ -37,6 +37,19 @@ SETTINGS: dict[str, list[str]] = {
 COMMON = ["parallelism.learner=2", "logging.progress=false"]
 
 
+def parallelism_overrides(example: Path) -> list[str]:
+    """Two learners need an even number of actors; keep the example's total env count."""
+    import yaml
+
+    par = (yaml.safe_load(example.read_text()) or {}).get("parallelism", {})
+    actors, envs = par.get("actor", 1), par.get("envs_per_actor", 1)
+    total = actors * envs
+    new_actors = actors + actors % 2
+    if total % new_actors:
+        raise ValueError(f"{example.name}: {total} envs do not split over {new_actors} actors")
+    return [f"parallelism.actor={new_actors}", f"parallelism.envs_per_actor={total // new_actors}"]
+
+
 def _cli(*args: str, capture: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kilorl.cli.main", *args], capture_output=capture, text=True)
 
@@ -66,8 +79,9 @@ def time_to_threshold(rows: list[dict], threshold: float) -> tuple[float | None,
 
 def run_one(env: str, setting: str, seed: int, out_root: Path) -> dict:
     run_dir = out_root / f"{env}-{setting}-s{seed}"
-    cmd = ["train", str(REPO / "examples" / f"{env}_ppo.yaml"), "--seed", str(seed), "--run-dir", str(run_dir),
-           *sum((["-o", o] for o in COMMON + SETTINGS[setting]), [])]
+    example = REPO / "examples" / f"{env}_ppo.yaml"
+    overrides = COMMON + parallelism_overrides(example) + SETTINGS[setting]
+    cmd = ["train", str(example), "--seed", str(seed), "--run-dir", str(run_dir), *sum((["-o", o] for o in overrides), [])]
     t0 = time.time()
     done = _cli(*cmd)
     if done.returncode != 0:
@@ -106,8 +120,8 @@ def summarise(results: list[dict]) -> str:
             goal = sent <= 0.3 * dense and rel is not None and rel >= -0.05
             lines.append(
                 f"| {env} | {setting} | {sent:,.0f} ({sent / dense:.1%}) | {ret:.1f} | "
-                f"{'' if rel is None else f'{rel:+.1%}'} | {statistics.median(tts) if tts else '-'} "
-                f"({len(tts)}/{len(rs)}) | {statistics.median(steps) if steps else '-'} | {'yes' if goal else 'no'} |"
+                f"{'' if rel is None else f'{rel:+.1%}'} | {f'{statistics.median(tts):.1f}' if tts else '-'} "
+                f"({len(tts)}/{len(rs)}) | {f'{statistics.median(steps):,.0f}' if steps else '-'} | {'yes' if goal else 'no'} |"
             )
     return "\n".join(lines)
 
@@ -128,7 +142,8 @@ def main() -> int:
     jobs = [(e, s, int(seed)) for e in args.envs.split(",") for s in settings for seed in args.seeds.split(",")]
     if args.dry_run:
         for env, setting, seed in jobs:
-            print("kilorl train", f"examples/{env}_ppo.yaml --seed {seed}", *(f"-o {o}" for o in COMMON + SETTINGS[setting]))
+            extra = COMMON + parallelism_overrides(REPO / "examples" / f"{env}_ppo.yaml") + SETTINGS[setting]
+            print("kilorl train", f"examples/{env}_ppo.yaml --seed {seed}", *(f"-o {o}" for o in extra))
         return 0
     check_wiring()
     results = []

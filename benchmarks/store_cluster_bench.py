@@ -245,6 +245,11 @@ def bench_versions(base: Path, metastore: str, runs: int, rounds: int = 20) -> d
         a, b, c = cluster.add(), cluster.add(), cluster.add()
         cluster.wait_ring(3)
         ca, cb, cc = a.client(), b.client(), c.client()
+        status = [w.client(zero_copy=False) for w in (a, b, c)]
+
+        def waiters() -> int:  # long polls blocked at the name's owner, wherever it is
+            return sum(s.stats()["cluster"]["version_waiters"] for s in status)
+
         medians = []
         for run in range(runs):
             name = f"lat{run}"
@@ -260,7 +265,11 @@ def bench_versions(base: Path, metastore: str, runs: int, rounds: int = 20) -> d
                 t = threading.Thread(target=wait)
                 t.start()
                 waiting.wait(5)
-                time.sleep(0.02)  # the long poll reaches the name's owner
+                deadline = time.monotonic() + 5
+                while waiters() != 1:  # C's wait_version is blocked at the owner before we publish
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("wait_version never reached the name's owner")
+                    time.sleep(0.001)
                 t0 = time.perf_counter()
                 ca.publish(name, b"x" * 1024)
                 t.join(10)

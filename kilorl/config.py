@@ -17,6 +17,8 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from kilorl.algos.a2c.config import A2CConfig
 from kilorl.algos.ppo.config import PPOConfig
 from kilorl.algos.registry import names as algo_names
+from kilorl.comm.config import CompressionConfig
+from kilorl.config_scale import StoreSection, SyncSection
 from kilorl.config_section import Section as _Section
 from kilorl.monitor.settings import MonitorConfig
 
@@ -151,10 +153,17 @@ class Config(_Section):
     """Per-role resource requests used by the scheduler on a cluster (ignored locally)."""
     train: TrainConfig = Field(default_factory=TrainConfig)
     """Length, seeding and numerics of the run."""
+    compression: CompressionConfig = Field(default_factory=CompressionConfig)
+    """How learners compress gradients before all-reducing them (``method: none`` by default:
+    dense fp32 buckets). Only matters with more than one learner."""
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     """Checkpoint cadence."""
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     """Metrics and progress reporting."""
+    store: StoreSection = Field(default_factory=StoreSection)
+    """The store workers that hold the parameters (started per Ray node, or given)."""
+    sync: SyncSection = Field(default_factory=SyncSection)
+    """How actors follow parameter versions (sync, async, hybrid) and their durability."""
     monitor: MonitorConfig = Field(default_factory=MonitorConfig)
     """Prometheus metrics from every role and memory-leak detection (docs/monitor.md); off by default."""
 
@@ -169,6 +178,7 @@ class Config(_Section):
     @model_validator(mode="after")
     def _batch_fits_the_algorithm(self) -> Config:
         self.algo.check_batch(self.batch_size, self.train.gradient_accumulation_steps)
+        self.sync.check(self.train.pipeline_depth)
         return self
 
     @property

@@ -45,6 +45,9 @@ class Rollout:
     steps: dict[str, np.ndarray]
     last: dict[str, np.ndarray] = field(default_factory=dict)
     moments: dict[str, list[Moments]] = field(default_factory=dict)
+    version: int | None = None
+    """Parameter version of the policy that acted (None: unknown); the learner uses it to
+    refuse batches older than ``sync.max_staleness``."""
 
     @property
     def shape(self) -> tuple[int, int]:

@@ -26,8 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="fill: arrivals only until --target-load, misfits dropped (FGD method, default); "
                           "replay: recorded arrivals and departures; queue: a backlog of --target-load x capacity "
                           "that waits for room and runs for the recorded durations")
-    sim.add_argument("--discipline", default="fifo", choices=("fifo", "backfill"),
-                     help="queue mode: strict arrival order, or start any pod that fits (default fifo)")
+    sim.add_argument("--discipline", default="fifo", choices=("fifo", "backfill", "reserve"),
+                     help="queue mode: strict arrival order; start any pod that fits; or that, with the oldest "
+                          "waiting pod holding a node (default fifo)")
     sim.add_argument("--target-load", type=float, default=1.3,
                      help="fill and queue modes: GPU share submitted, x capacity (default 1.3)")
     sim.add_argument("--limit", type=int, help="use only the first N pods of the trace")

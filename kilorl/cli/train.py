@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 
@@ -17,15 +18,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="shorthand for -o train.seed=N")
     p.add_argument("--address", help="Ray address of an existing cluster ('auto' to discover)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR from its newest checkpoint")
+    p.add_argument("--store", metavar="HOST:PORT",
+                   help="use this running store worker for the parameters (default: one per Ray node, started)")
+    p.add_argument("--store-token", help="token of the --store worker (default $KILORL_STORE_TOKEN)")
+    p.add_argument("--backend", default="auto",
+                   help="learners' communication backend: auto (default), gloo, nccl or a registered plugin")
 
 
 def run(args: argparse.Namespace) -> int:
     from kilorl.config import load_config
-    from kilorl.trainer import Cluster, Trainer
+    from kilorl.trainer import Cluster, ClusterError, StartupError, Trainer
 
     overrides = list(args.override) + ([f"train.seed={args.seed}"] if args.seed is not None else [])
-    cluster = Cluster(address=args.address)
     try:
+        cluster = Cluster(address=args.address, communication_backend=args.backend)
         if args.resume:
             if args.config:
                 print("error: give either CONFIG or --resume RUN_DIR, not both", file=sys.stderr)
@@ -36,11 +42,22 @@ def run(args: argparse.Namespace) -> int:
                 print("error: CONFIG is required (or --resume RUN_DIR)", file=sys.stderr)
                 return 2
             trainer = Trainer(load_config(args.config, overrides), args.run_dir, cluster)
-    except (ConfigError, FileNotFoundError) as err:
+    except (ConfigError, ClusterError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     warnings.showwarning = _plain_warning
-    result = trainer.fit()
+    if args.store:  # the string as given (an override would YAML-parse it)
+        trainer.cfg.store.address = args.store
+    if args.store_token:  # kept out of the run's config.yaml: the driver hands it to the roles
+        os.environ["KILORL_STORE_TOKEN"] = args.store_token
+    try:
+        result = trainer.fit()
+    except ClusterError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except StartupError as err:
+        print(f"error: {err} (every role this run started was stopped)", file=sys.stderr)
+        return 1
     ret = "n/a" if result.episode_return_mean is None else f"{result.episode_return_mean:.1f}"
     print(f"done: {result.env_steps} env steps in {result.wall_time:.1f}s (startup {result.startup_s:.1f}s), "
           f"return (last {trainer.cfg.logging.return_window} episodes) {ret}")

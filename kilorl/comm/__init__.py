@@ -8,16 +8,18 @@ from kilorl.comm.collectives import GradientAllReducer, init_process_group, reso
 from kilorl.comm.config import CompressionConfig
 from kilorl.comm.ddp import DistributedModel
 from kilorl.comm.hooks import CommHook, CommStats, make_comm_hook, run_comm_hook
+from kilorl.comm.learner_sync import LearnerSync
 from kilorl.comm.sparse import launch_sparse_allreduce, sparse_allreduce
-from kilorl.comm.sync import GradientSync
+from kilorl.comm.sync import BucketedAllReduce
 
 __all__ = [
+    "BucketedAllReduce",
     "CommHook",
     "CommStats",
     "CompressionConfig",
     "DistributedModel",
     "GradientAllReducer",
-    "GradientSync",
+    "LearnerSync",
     "init_process_group",
     "launch_sparse_allreduce",
     "make_comm_hook",

@@ -1,8 +1,9 @@
 """Gradient compression settings (the run config mounts this as the section ``compression``).
 
 Self-contained on purpose: ``kilorl.config`` imports it, it imports nothing of the RL side.
-A field that only one method reads is an error when set for another method, so a
-configuration never carries a knob that silently does nothing.
+A field that only one method reads is an error when set to a non-default value for
+another method, so a configuration never carries a knob that silently does nothing
+(defaults are allowed, so a dumped, fully resolved config loads again).
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ class CompressionConfig(BaseModel):
     def _fields_match_method(self) -> CompressionConfig:
         for name in sorted(self.model_fields_set):
             users = _FIELD_METHODS.get(name)
-            if users is not None and self.method not in users:
+            # A default value is allowed anywhere: a dumped, resolved config must load again.
+            if users is not None and self.method not in users and getattr(self, name) != type(self).model_fields[name].default:
                 raise ValueError(
                     f"compression.{name} applies only to method {' or '.join(users)}, "
                     f"not to method={self.method!r}; remove it or change compression.method"

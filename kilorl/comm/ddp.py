@@ -6,7 +6,7 @@ communication of the last layers overlaps backward through the first ones.
 
 ``overlap_compute_comm=False``: every forward runs under DDP's ``no_sync`` and
 :meth:`DistributedModel.synchronize` all-reduces the same-sized buckets after backward
-(:class:`GradientSync`, same hook). Same arithmetic, no overlap: the baseline the overlap
+(:class:`BucketedAllReduce`, same hook). Same arithmetic, no overlap: the baseline the overlap
 is measured against, and a mode that keeps communication out of the backward pass.
 
 Usage, with gradient accumulation over micro-batches::
@@ -34,7 +34,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from kilorl.comm.config import CompressionConfig
 from kilorl.comm.hooks import CommStats, make_comm_hook, run_comm_hook
-from kilorl.comm.sync import GradientSync
+from kilorl.comm.sync import BucketedAllReduce
 
 
 class DistributedModel:
@@ -49,6 +49,7 @@ class DistributedModel:
         overlap_compute_comm: bool = True,
         process_group: dist.ProcessGroup | None = None,
         device_ids: list[int] | None = None,
+        find_unused_parameters: bool = False,
     ) -> None:
         if not dist.is_initialized():
             raise RuntimeError("DistributedModel needs an initialised process group (kilorl.comm.init_process_group)")
@@ -56,15 +57,16 @@ class DistributedModel:
             raise ValueError(f"bucket_cap_mb must be > 0, got {bucket_cap_mb}")
         self.overlap_compute_comm = overlap_compute_comm
         self.ddp = DistributedDataParallel(
-            module, device_ids=device_ids, process_group=process_group, bucket_cap_mb=bucket_cap_mb
+            module, device_ids=device_ids, process_group=process_group, bucket_cap_mb=bucket_cap_mb,
+            find_unused_parameters=find_unused_parameters,
         )
         self._accumulating = False
-        self._grad_sync: GradientSync | None = None
+        self._grad_sync: BucketedAllReduce | None = None
         if overlap_compute_comm:
             self.hook = make_comm_hook(compression, process_group, under_ddp=True)
             self.ddp.register_comm_hook(self.hook, run_comm_hook)
         else:
-            self._grad_sync = GradientSync(module.parameters(), compression, bucket_cap_mb, process_group)
+            self._grad_sync = BucketedAllReduce(module.parameters(), compression, bucket_cap_mb, process_group)
             self.hook = self._grad_sync.hook
 
     @property

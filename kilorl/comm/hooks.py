@@ -1,4 +1,4 @@
-"""Communication hooks: one per compression method, usable by DDP and by :class:`GradientSync`.
+"""Communication hooks: one per compression method, usable by DDP and by :class:`BucketedAllReduce`.
 
 A hook object holds the method's state (residuals, PowerSGD matrices, the step count) and
 the per-update statistics; :func:`run_comm_hook` is the function DDP's
@@ -50,6 +50,20 @@ class CommStats:
         """Sent over dense: 1.0 for a dense all-reduce, 0.2 for five times fewer bytes."""
         return self.comm_bytes_sent / self.comm_bytes_dense if self.comm_bytes_dense else 0.0
 
+    @classmethod
+    def total(cls, parts: "list[CommStats]") -> "CommStats":
+        """One report for several synchronisations (the minibatches of an update): bytes and
+        seconds add up, the residual is the latest."""
+        out = cls()
+        for p in parts:
+            out.comm_bytes_dense += p.comm_bytes_dense
+            out.comm_bytes_sent += p.comm_bytes_sent
+            out.comm_bytes_encoded += p.comm_bytes_encoded
+            out.compress_s += p.compress_s
+            out.buckets += p.buckets
+            out.residual_norm = p.residual_norm
+        return out
+
     def as_metrics(self) -> dict[str, float]:
         """The metric names the learners report per update."""
         out = {k: v for k, v in asdict(self).items() if k != "buckets"}
@@ -90,9 +104,9 @@ class CommHook:
         stats.residual_norm = self.residual_norm()
         return stats
 
-    def _dense(self, buffer: torch.Tensor) -> torch.futures.Future:
+    def _dense(self, bucket: dist.GradBucket, buffer: torch.Tensor) -> torch.futures.Future:
         self._stats.comm_bytes_sent += buffer.numel() * buffer.element_size()
-        return default_hooks._allreduce_fut(self.process_group, buffer)
+        return default_hooks.allreduce_hook(self.process_group, bucket)
 
 
 def run_comm_hook(state: CommHook, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -104,7 +118,7 @@ class DenseHook(CommHook):
     """Plain averaging all-reduce (what DDP does without a hook)."""
 
     def _communicate(self, bucket: dist.GradBucket, buffer: torch.Tensor) -> torch.futures.Future:
-        return self._dense(buffer)
+        return self._dense(bucket, buffer)
 
 
 class BF16Hook(CommHook):
@@ -168,7 +182,7 @@ class ThresholdTopKHook(CommHook):
 
     def _communicate(self, bucket: dist.GradBucket, buffer: torch.Tensor) -> torch.futures.Future:
         if self.step < self.dense_steps:
-            return self._dense(buffer)
+            return self._dense(bucket, buffer)
         t0 = time.perf_counter()
         selection = self.compressor.select(bucket.index(), buffer)
         message = encode(selection.indices, selection.values, buffer.numel(), self.index_encoding)

@@ -91,13 +91,13 @@ class ReadPlan:
 
     def __init__(self, writer: FlatLayout, pieces: list[_Piece], max_gap: int) -> None:
         self.pieces = pieces
+        self._bounds = writer.bounds
         self.requests: list[RangeRequest] = []
         self._spans: list[_Span] = []
         for start, end in self._merge(_runs(pieces), max_gap):
             first = len(self.requests)
             self.requests.extend(_split_at_bounds(writer.bounds, start, end))
             self._spans.append(_Span(start, end, first, len(self.requests) - first))
-        self._span_starts = [s.start for s in self._spans]
 
     @staticmethod
     def _merge(runs: list[tuple[int, int]], max_gap: int) -> list[tuple[int, int]]:
@@ -142,15 +142,23 @@ class ReadPlan:
         for r, v in zip(self.requests, views):
             if v.size != r.length:
                 raise LayoutError(f"buffer for shard {r.shard} at {r.offset} has {v.size} bytes, expected {r.length}")
-        span_bytes = [self._span_buffer(s, views) for s in self._spans]
-        return {p.name: self._tensor(p, span_bytes, None if out is None else out.get(p.name)) for p in self.pieces}
+        return self.assemble_segments([(self._bounds[r.shard] + r.offset, v) for r, v in zip(self.requests, views)], out)
 
-    @staticmethod
-    def _span_buffer(span: _Span, views: list[np.ndarray]) -> np.ndarray:
-        parts = views[span.first_request:span.first_request + span.num_requests]
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    def assemble_segments(self, segments: Sequence[tuple[int, object]],
+                          out: Mapping[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """Build the reader's tensors from disjoint ``(flat_offset, bytes)`` segments of the
+        writer's vector that cover every byte the plan needs (e.g. a shard stored as pieces).
 
-    def _tensor(self, p: _Piece, span_bytes: list[np.ndarray], dest: torch.Tensor | None) -> torch.Tensor:
+        Every byte is copied once, from its segment into the destination tensor; a tensor
+        that crosses segments is filled piece by piece, never through a joined buffer.
+        """
+        segs = sorted(((int(o), np.frombuffer(memoryview(b).cast("B"), dtype=np.uint8)) for o, b in segments),
+                      key=lambda x: x[0])
+        starts = [o for o, _ in segs]
+        views = [v for _, v in segs]
+        return {p.name: self._tensor(p, starts, views, None if out is None else out.get(p.name)) for p in self.pieces}
+
+    def _tensor(self, p: _Piece, starts: list[int], views: list[np.ndarray], dest: torch.Tensor | None) -> torch.Tensor:
         dtype = dtype_from_name(p.dtype)
         if dest is None:
             dest = torch.empty(p.shape, dtype=dtype)
@@ -160,21 +168,32 @@ class ReadPlan:
         if not dest.numel():
             return dest
         out = dest.detach().reshape(-1).view(torch.uint8).numpy()
-        i = bisect.bisect_right(self._span_starts, p.start) - 1
-        span = self._spans[i]
-        if p.end <= span.end:  # the whole piece in one span: one strided copy
-            base = span_bytes[i][p.start - span.start:]
+        i = bisect.bisect_right(starts, p.start) - 1
+        if i >= 0 and p.end <= starts[i] + views[i].size:  # the whole piece in one segment: one strided copy
+            base = views[i][p.start - starts[i]:]
             rows = np.lib.stride_tricks.as_strided(base, shape=(p.outer, p.run_len), strides=(p.stride, 1))
             out.reshape(p.outer, p.run_len)[:] = rows
+        elif p.outer == 1 or p.stride == p.run_len:  # contiguous bytes across segments
+            _copy_bytes(out, p.start, starts, views)
         else:
             for k in range(p.outer):
-                out[k * p.run_len:(k + 1) * p.run_len] = self._bytes_at(p.start + k * p.stride, p.run_len, span_bytes)
+                _copy_bytes(out[k * p.run_len:(k + 1) * p.run_len], p.start + k * p.stride, starts, views)
         return dest
 
-    def _bytes_at(self, start: int, length: int, span_bytes: list[np.ndarray]) -> np.ndarray:
-        i = bisect.bisect_right(self._span_starts, start) - 1
-        span = self._spans[i]
-        return span_bytes[i][start - span.start:start - span.start + length]
+
+def _copy_bytes(dst: np.ndarray, start: int, starts: list[int], views: list[np.ndarray]) -> None:
+    """Fill ``dst`` with flat bytes ``[start, start + len(dst))`` from consecutive segments."""
+    pos, n = 0, dst.size
+    i = bisect.bisect_right(starts, start) - 1
+    while pos < n:
+        at = start + pos
+        if i < 0 or i >= len(views) or not starts[i] <= at < starts[i] + views[i].size:
+            raise LayoutError(f"no segment holds flat byte {at} (segments must cover every needed byte)")
+        off = at - starts[i]
+        take = min(n - pos, views[i].size - off)
+        dst[pos:pos + take] = views[i][off:off + take]
+        pos += take
+        i += 1
 
 
 def _split_at_bounds(bounds: Sequence[int], start: int, end: int) -> list[RangeRequest]:

@@ -128,7 +128,11 @@ def ratio_stranding(gpu_total: np.ndarray, cpu_free: np.ndarray, mem_free: np.nd
     the difference. ``binpack-topo`` descends the sum of both, so it keeps CPU-rich nodes for
     CPU-heavy tasks before the CPU runs out rather than after.
     """
-    return np.maximum(0.0, gpu_total - cpu_free / wl.cpu_per_gpu) + np.maximum(0.0, gpu_total - mem_free / wl.mem_per_gpu)
+    out = np.zeros(len(gpu_total))
+    for free, per_gpu in ((cpu_free, wl.cpu_per_gpu), (mem_free, wl.mem_per_gpu)):
+        if 0 < per_gpu < float("inf"):  # a resource the workload does not ask for never strands a GPU
+            out += np.maximum(0.0, gpu_total - free / per_gpu)
+    return out
 
 
 def total_fragmentation(state: CapacityState, wl: Workload, measure: str = "paper") -> float:

@@ -18,6 +18,7 @@ from kilorl.algos import keys
 from kilorl.core import Actor, ParameterStore, Rollout, RolloutInfo
 from kilorl.envs import make_vector_env
 from kilorl.envs.normalization import Moments, normalize
+from kilorl.roles.sync_groups import SyncGroups
 
 if TYPE_CHECKING:
     from kilorl.config import Config
@@ -46,6 +47,8 @@ class RolloutWorker(Actor):
         self.model.eval()
         self.layout = keys.actor_layout(list(self.model.state_dict()), env.normalize_obs, env.normalize_reward)
         self.version = -1
+        sync = cfg.sync
+        self.groups = SyncGroups(self.layout, sync.mode, sync.groups, sync.staleness(cfg.train.pipeline_depth))
         self.obs_mean = np.zeros(self.envs.single_observation_space.shape, np.float32)
         self.obs_var = np.ones_like(self.obs_mean)
         self.ret_var = 1.0
@@ -64,15 +67,18 @@ class RolloutWorker(Actor):
         t0 = time.perf_counter()
         latest = self.store.wait(keys.POLICY, min_version, timeout)
         if latest != self.version:
-            version, tensors = self.store.fetch(keys.POLICY, latest, self.layout)
-            state = {k.removeprefix(keys.MODEL): torch.tensor(np.asarray(v)) for k, v in tensors.items()
+            # The newest version (>= latest): a store may already have reclaimed ``latest``.
+            wanted = self.groups.wanted(latest)
+            version, tensors = self.store.fetch(keys.POLICY, None, wanted)
+            state = {k.removeprefix(keys.MODEL): torch.as_tensor(np.asarray(v)) for k, v in tensors.items()
                      if k.startswith(keys.MODEL)}
-            self.model.load_state_dict(state)
-            if self.cfg.env.normalize_obs:
+            self.model.load_state_dict(state, strict=len(wanted) == len(self.layout))
+            if keys.OBS_RMS + "mean" in tensors:
                 self.obs_mean = np.asarray(tensors[keys.OBS_RMS + "mean"])
                 self.obs_var = np.asarray(tensors[keys.OBS_RMS + "var"])
-            if self.cfg.env.normalize_reward:
+            if keys.RET_RMS + "var" in tensors:
                 self.ret_var = float(np.asarray(tensors[keys.RET_RMS + "var"]).reshape(-1)[0])
+            self.groups.took(version, list(tensors))
             self.version = version
         return time.perf_counter() - t0
 
@@ -124,6 +130,7 @@ class RolloutWorker(Actor):
             steps=steps,
             last={} if last_values is None else {keys.LAST_VALUES: last_values.astype(np.float32)},
             moments={keys.OBS_MOMENTS: [Moments.of(raw_obs, obs_shape)], keys.RET_MOMENTS: [Moments.of(raw_returns)]},
+            version=self.version,
         )
         info_out = RolloutInfo(
             actor=self.index, version=self.version, env_steps=T * N, episode_returns=episodes_r,

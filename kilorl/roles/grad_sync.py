@@ -1,18 +1,24 @@
-"""The learner's gradient communication today: one flat all-reduce after backward.
+"""The learner's gradient communication: ``kilorl.core.GradientSync`` over ``kilorl.comm``.
 
-Implements ``kilorl.core.GradientSync`` over ``kilorl.comm``; a DDP-with-buckets or a
-compressed implementation replaces this class without touching algorithms or trainer
-(docs/architecture.md, "Contracts").
+Several learners use ``CommSync``: bucketed averaging (overlapped with backward when
+``train.overlap_compute_comm``; compressed as the ``compression`` section says). One
+learner uses ``AllReduceSync``, whose every call is a no-op at world size 1. Algorithms and
+the trainer only see the contract (docs/architecture.md, "Contracts").
 """
 
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
 from kilorl.comm import GradientAllReducer
+from kilorl.comm.learner_sync import LearnerSync
 from kilorl.core import GradientSync
+
+if TYPE_CHECKING:
+    from kilorl.config import Config
 
 
 class AllReduceSync(GradientSync):
@@ -48,3 +54,14 @@ class AllReduceSync(GradientSync):
         out = {"comm_bytes_sent": float(self._bytes), "comm_allreduce_s": self._seconds}
         self._bytes, self._seconds = 0, 0.0
         return out
+
+
+class CommSync(LearnerSync, GradientSync):
+    """``kilorl.comm.LearnerSync`` under the learner's contract (comm cannot import the contract)."""
+
+
+def make_grad_sync(cfg: Config, world_size: int) -> GradientSync:
+    """The gradient communication a learner rank of a ``world_size`` group uses under ``cfg``."""
+    if world_size == 1:
+        return AllReduceSync(1)
+    return CommSync(world_size, cfg.compression, overlap_compute_comm=cfg.train.overlap_compute_comm)

@@ -20,7 +20,7 @@ from kilorl.algos import keys
 from kilorl.comm import init_process_group
 from kilorl.core import GradientSync, Learner, ParameterStore, Rollout
 from kilorl.envs import make_env
-from kilorl.roles.grad_sync import AllReduceSync
+from kilorl.roles.grad_sync import make_grad_sync
 
 if TYPE_CHECKING:
     from kilorl.config import Config
@@ -35,7 +35,13 @@ def merge_rollouts(rollouts: list[Rollout]) -> Rollout:
         steps={k: np.concatenate([r.steps[k] for r in rollouts], axis=1) for k in first.steps},
         last={k: np.concatenate([r.last[k] for r in rollouts], axis=0) for k in first.last},
         moments={k: [m for r in rollouts for m in r.moments.get(k, [])] for k in first.moments},
+        version=min((r.version for r in rollouts if r.version is not None), default=None),
     )
+
+
+def stale(rollouts: list[Rollout], trained_version: int, max_staleness: int) -> list[bool]:
+    """Which rollouts were produced more than ``max_staleness`` versions before ``trained_version``."""
+    return [r.version is not None and trained_version - r.version > max_staleness for r in rollouts]
 
 
 def env_spaces(cfg: Config) -> tuple[gym.Space, gym.Space]:
@@ -68,8 +74,9 @@ class LearnerRole(Learner):
                 raise ValueError("several learners need a master address for the process group")
             init_process_group(backend, rank, world, *master)
         self.rank, self.world, self.store = rank, world, store
+        self.max_staleness = cfg.sync.staleness(cfg.train.pipeline_depth)
         obs_space, action_space = env_spaces(cfg)  # probed here, in parallel with the actors' start
-        self.grad_sync = grad_sync or AllReduceSync(world)
+        self.grad_sync = grad_sync or make_grad_sync(cfg, world)
         self.algorithm = get_algorithm(cfg.algo.name).load("learner")(cfg, obs_space, action_space, self.grad_sync)
         if state is not None:
             self.algorithm.load_state(state)
@@ -85,10 +92,21 @@ class LearnerRole(Learner):
             self._warm_up.start()
 
     def update(self, version: int, env_steps_total: int, *rollouts: Rollout) -> dict[str, float]:
+        """Train on the rollouts that are fresh enough and publish ``version``.
+
+        The weights being trained are ``version - 1``; a rollout older than that by more
+        than ``max_staleness`` is dropped (counted in ``stale_rollouts``). If any rank is
+        left with nothing, every rank skips the step together (their all-reduces must match)
+        and ``version`` republishes the unchanged weights.
+        """
         if self._warm_up is not None:
             self._warm_up.join()
         t0 = time.perf_counter()
-        stats = self.algorithm.update(merge_rollouts(list(rollouts)), env_steps_total)
+        old = stale(list(rollouts), version - 1, self.max_staleness)
+        fresh = [r for r, s in zip(rollouts, old) if not s]
+        empty = self.grad_sync.average_scalars([float(not fresh)])[0] if self.world > 1 else float(not fresh)
+        stats = {} if empty > 0 else self.algorithm.update(merge_rollouts(fresh), env_steps_total)
+        stats.update(stale_rollouts=float(sum(old)), skipped_update=float(empty > 0))
         t1 = time.perf_counter()
         self.publish(version)
         stats.update(self.grad_sync.stats(), learner_update_s=t1 - t0, publish_s=time.perf_counter() - t1)

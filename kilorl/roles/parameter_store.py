@@ -1,8 +1,9 @@
-"""ParameterStore implementations: in-process, and sharded over Ray actors.
+"""Test doubles of the ParameterStore contract: in-process, and sharded over Ray actors.
 
-The data-system issues provide a store-backed implementation; these two keep the
-contract (docs/architecture.md, "Contracts") with the least machinery: versions are monotonic, a fetch
-returns one complete version, ``wait`` blocks without polling.
+Training runs on ``kilorl.params.store_backed.StoreParameterStore`` (store workers, see
+``kilorl.trainer.session.parameter_store``). These two keep the contract
+(docs/architecture.md, "Contracts") with the least machinery, for unit tests of roles:
+versions are monotonic, a fetch returns one complete version, ``wait`` blocks without polling.
 """
 
 from __future__ import annotations

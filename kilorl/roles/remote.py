@@ -39,20 +39,69 @@ class ActorProcess(Actor):
             self._report.rollout(info)
         return rollout, info
 
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+    def parameter_source(self) -> tuple[str, str]:
+        """``(ray node id, address of the store worker this actor reads parameters from)``."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), str(getattr(self._role.store.client, "address", ""))
+
+
+def rendezvous_here() -> tuple[str, int]:
+    """This node's address and a port free on it: where rank 0 hosts the process group.
+
+    Chosen in rank 0's own process, so learners on other nodes can reach it (a driver-side
+    ``127.0.0.1`` and driver port would only work when every learner shares the driver's node).
+    """
+    import socket
+
+    try:
+        import ray
+
+        host = ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"
+    except ImportError:
+        host = "127.0.0.1"
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return host, s.getsockname()[1]
+
 
 class LearnerProcess(Learner):
-    """A ``LearnerRole`` built in the Ray actor's process."""
+    """A ``LearnerRole`` built in the Ray actor's process.
 
-    def __init__(self, cfg: Any, store: Any, rank: int = 0, *args: Any, monitor: Any = None, **kwargs: Any) -> None:
+    Built in two steps so that several learners can meet: ``rendezvous()`` on rank 0 names
+    an address on rank 0's node, then ``start(master)`` on every rank builds the role.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._args, self._kwargs = args, kwargs
+        self._role: Any = None
+        self._report: Any = None
+
+    def rendezvous(self) -> tuple[str, int]:
+        return rendezvous_here()
+
+    def start(self, master: tuple[str, int] | None = None) -> None:
         from kilorl.roles.learner import LearnerRole
 
-        self._report = None
+        args, kwargs = list(self._args), {**self._kwargs, "master": master}
+        monitor = kwargs.pop("monitor", None)
         if monitor is not None:
             from kilorl.roles.monitoring import LearnerReporting
 
-            self._report = LearnerReporting(monitor, rank, store)
-            store = self._report.store
-        self._role = LearnerRole(cfg, store, rank, *args, **kwargs)
+            rank = args[2] if len(args) > 2 else kwargs.get("rank", 0)
+            self._report = LearnerReporting(monitor, rank, args[1])
+            args[1] = self._report.store
+        self._role = LearnerRole(*args, **kwargs)
+
+    def node_id(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
 
     def publish(self, version: int) -> None:
         self._role.publish(version)

@@ -8,6 +8,7 @@ Nothing here knows which algorithm runs: it moves ``Rollout`` refs and statistic
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,7 +16,12 @@ from typing import Any
 
 from kilorl.config import Config
 from kilorl.core import RolloutInfo
-from kilorl.trainer.session import RoleSession
+from kilorl.params.reconnect import ParametersLost
+from kilorl.trainer.loop_errors import LearnerLost
+from kilorl.trainer.session import ACTOR_MAX_RESTARTS, RoleSession
+
+RESTART_WAIT_S = 120.0
+"""How long one batch waits for a restarting actor before the run fails."""
 
 
 @dataclass
@@ -41,13 +47,55 @@ class OnPolicyLoop:
         self.iteration, self.env_steps = iteration, env_steps
         self.first_version = iteration
         self.next_collect = iteration
-        self.pending: deque[tuple[list[Any], list[Any]]] = deque()
+        self.pending: deque[tuple[list[Any], list[Any], int]] = deque()
+        self.lost_rollouts = 0
+        """Rollouts lost with their actor and collected again (their steps are never counted)."""
+        self.max_lost = cfg.parallelism.actor * ACTOR_MAX_RESTARTS
+        self.republished = 0
+        """Times the current version was published again because a store worker lost it."""
 
     def _submit(self) -> None:
         min_version = max(self.first_version, self.next_collect - self.cfg.train.pipeline_depth)
         refs = [a.collect.options(num_returns=2).remote(min_version) for a in self.roles.actors]
-        self.pending.append(([r[0] for r in refs], [r[1] for r in refs]))
+        self.pending.append(([r[0] for r in refs], [r[1] for r in refs], min_version))
         self.next_collect += 1
+
+    def _resolve(self, rollout_refs: list[Any], info_refs: list[Any], min_version: int) -> list[RolloutInfo]:
+        """Every actor's rollout info; an actor that died mid-rollout is collected again.
+
+        Ray restarts a dead actor (``max_restarts``); its partial rollout died with it and is
+        never counted: the same batch slot is filled by a fresh rollout from the restarted
+        actor, which takes the newest version >= ``min_version``. Bounded by ``max_lost``.
+        """
+        import ray
+
+        infos: list[RolloutInfo | None] = [None] * len(info_refs)
+        lost = [False] * len(info_refs)
+        deadline = time.monotonic() + RESTART_WAIT_S
+        while any(i is None for i in infos):
+            for j, ref in enumerate(info_refs):
+                if infos[j] is not None:
+                    continue
+                try:
+                    infos[j] = ray.get(ref)
+                    continue
+                except ParametersLost:  # the actor's store worker restarted empty: republish, collect again
+                    if time.monotonic() > deadline:
+                        raise
+                    self.republished += 1
+                    ray.get(self.roles.learners[0].publish.remote(self.iteration))
+                except ray.exceptions.RayActorError:  # died mid-rollout, or still restarting
+                    if not lost[j]:
+                        lost[j] = True
+                        self.lost_rollouts += 1
+                        if self.lost_rollouts > self.max_lost:
+                            raise
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+                again = self.roles.actors[j].collect.options(num_returns=2).remote(min_version)
+                rollout_refs[j], info_refs[j] = again[0], again[1]
+        return infos  # type: ignore[return-value]
 
     def _room(self) -> bool:
         """Another rollout still fits in the run's env-step budget."""
@@ -55,19 +103,38 @@ class OnPolicyLoop:
         return in_flight < self.cfg.train.total_env_steps
 
     def __iter__(self) -> Iterator[IterationResult]:
-        import ray
 
         while len(self.pending) <= self.cfg.train.pipeline_depth and self._room():
             self._submit()
         learners, n = self.roles.learners, len(self.roles.learners)
         while self.pending:
-            rollout_refs, info_refs = self.pending.popleft()
+            rollout_refs, info_refs, min_version = self.pending.popleft()
+            infos = self._resolve(rollout_refs, info_refs, min_version)
             steps_after = self.env_steps + self.cfg.batch_size
             updates = [learners[r].update.remote(self.iteration + 1, steps_after, *rollout_refs[r::n]) for r in range(n)]
             self.env_steps = steps_after  # counted before _room: the rollout is consumed
             if self._room():
                 self._submit()
-            infos = ray.get(info_refs)
-            stats = ray.get(updates)[0]
+            stats = {**_learner_results(updates)[0], "lost_rollouts": float(self.lost_rollouts),
+                     "republished": float(self.republished)}
             self.iteration += 1
             yield IterationResult(self.iteration, self.env_steps, infos, stats, last=not self.pending)
+
+
+def _learner_results(refs: list[Any]) -> list[dict[str, float]]:
+    """Every learner's update stats; the first learner that died becomes ``LearnerLost``.
+
+    Waits on whichever finishes first, so a dead rank is seen at once, not after the
+    survivors' all-reduce times out.
+    """
+    import ray
+
+    rank = {ref: r for r, ref in enumerate(refs)}
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        try:
+            ray.get(done[0])
+        except ray.exceptions.RayActorError as err:
+            raise LearnerLost(f"learner {rank[done[0]]} died ({type(err).__name__})") from err
+    return ray.get(refs)

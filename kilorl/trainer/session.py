@@ -1,6 +1,6 @@
 """Start-up and teardown of a run's roles, as one context manager.
 
-Everything a run starts (Ray, if it was not running; the parameter-store shards; the
+Everything a run starts (Ray, if it was not running; one store worker per node; the
 learners; the actors) is started inside ``RoleSession.__enter__`` and recorded as it
 is created, so a failure at any point (an env that raises in ``reset``, a learner that
 cannot build its model, Ctrl-C) tears down exactly what was started and nothing else.
@@ -8,7 +8,6 @@ cannot build its model, Ctrl-C) tears down exactly what was started and nothing 
 
 from __future__ import annotations
 
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,16 +19,15 @@ from kilorl.trainer.cluster import Cluster
 
 if TYPE_CHECKING:
     from kilorl.trainer.monitoring import SessionMonitor
+    from kilorl.trainer.store_fleet import StoreFleet
+
+
+ACTOR_MAX_RESTARTS = 3
+"""Times Ray restarts one actor process that died (kill -9, OOM) before the run gives up."""
 
 
 class StartupError(RuntimeError):
     """A role failed to start; the message names the role and the cause."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -64,6 +62,10 @@ class RoleSession:
     learners: list[Any] = field(default_factory=list)
     actors: list[Any] = field(default_factory=list)
     times: StartupTimes = field(default_factory=StartupTimes)
+    fleet: Any = None
+    """The run's store workers (``StoreFleet``)."""
+    l2_dir: str | None = None
+    """Where the run's store workers keep durable (``sync.durable``) parameters."""
     _started_ray: bool = False
 
     def __enter__(self) -> RoleSession:
@@ -81,7 +83,6 @@ class RoleSession:
     def _start(self) -> None:
         import ray
 
-        from kilorl.roles.parameter_store import RayParameterStore
         from kilorl.roles.remote import ActorProcess, LearnerProcess
 
         cfg, par = self.cfg, self.cfg.parallelism
@@ -95,25 +96,40 @@ class RoleSession:
             self.monitor = start_monitoring(self.run_dir, cfg.monitor)
             self.monitor.start()
         report = {"monitor": self.monitor.spec} if self.monitor is not None else {}
-        self.store = RayParameterStore.create(par.parameter_server)
+        self.fleet = self._store_fleet()
+        self.store = parameter_store(cfg, self.fleet)
         backend = self.cluster.backend_for(cfg.train.device)
-        master = ("127.0.0.1", _free_port()) if par.learner > 1 else None
         learner_cls = ray.remote(num_cpus=1, num_gpus=1 if cfg.train.device == "cuda" else 0)(LearnerProcess)
         for r in range(par.learner):
-            self.learners.append(learner_cls.remote(cfg, self.store, r, par.learner, backend, master, self.state,
+            self.learners.append(learner_cls.remote(cfg, self.store, r, par.learner, backend, state=self.state,
                                                     **report))
-        actor_cls = ray.remote(num_cpus=1)(ActorProcess)
+        # No task retries inside Ray: the loop re-collects a lost rollout itself, and counts it.
+        actor_cls = ray.remote(num_cpus=1, max_restarts=ACTOR_MAX_RESTARTS, max_task_retries=0)(ActorProcess)
         # Fresh seeds after a resume, so a continued run does not replay the same episodes.
         for i in range(par.actor):
             seed = cfg.train.seed * 10_007 + i * 101 + self.iteration * 7_919
             self.actors.append(actor_cls.remote(cfg, self.store, i, seed=seed, **report))
+        # Rank 0 names the rendezvous on its own node; every rank then builds its role.
+        master = ray.get(self.learners[0].rendezvous.remote()) if par.learner > 1 else None
+        starts = [h.start.remote(master) for h in self.learners]
         # All roles start in parallel; start-up ends when every one is built and the first
         # version is published, so process spawn and imports are not counted as training.
-        waits = {f"learner {r}": h.publish.remote(self.iteration) for r, h in enumerate(self.learners)}
+        waits = {f"learner {r}": ref for r, ref in enumerate(starts)}
+        # every rank publishes once (rank 0 writes; all start their warm-up); runs after start
+        waits.update({f"learner {r} (first publish)": h.publish.remote(self.iteration)
+                      for r, h in enumerate(self.learners)})
         waits.update({f"actor {i}": h.ready.remote() for i, h in enumerate(self.actors)})
         self._wait_all(waits)
         self.times.spawn_s = time.perf_counter() - t1
         self.times.total_s = time.perf_counter() - t0
+
+    def _store_fleet(self) -> StoreFleet:
+        from kilorl.trainer.store_fleet import StoreFleet
+
+        st = self.cfg.store
+        if st.address:
+            return StoreFleet.external(st.address, st.token)
+        return StoreFleet.start(st.shm_size, st.keep_versions, l2_dir=self.l2_dir)  # cleans up its own failure
 
     @staticmethod
     def _wait_all(waits: dict[str, Any]) -> None:
@@ -134,19 +150,35 @@ class RoleSession:
         import ray
 
         if ray.is_initialized():
-            shards = list(getattr(self.store, "shards", []) or [])
-            for handle in [*self.actors, *self.learners, *shards]:
+            for handle in [*self.actors, *self.learners]:
                 try:
                     ray.kill(handle)
                 except Exception:  # noqa: BLE001 - already dead is fine: the goal is "not running"
                     pass
+            if self.fleet is not None:
+                self.fleet.close()
         if self.monitor is not None:
             self.monitor.close()
             self.monitor = None
         if self._started_ray and ray.is_initialized():
             ray.shutdown()
-        self.actors, self.learners, self.store = [], [], None
+        self.actors, self.learners, self.store, self.fleet = [], [], None, None
         self._started_ray = False
+
+
+def parameter_store(cfg: Config, fleet: StoreFleet) -> Any:
+    """The roles' parameter store: ``parallelism.parameter_server`` shards on the fleet's workers.
+
+    Readers use their own node's worker. The workers form one mesh (``--head`` / ``--join``),
+    whose versions are one history per name: the learner publishes once, and a version
+    reaches another node the first time a reader there asks, through the mesh's relay, so
+    each node holds one copy its actors read locally.
+    """
+    from kilorl.params.store_backed import StoreParameterStore
+    from kilorl.store import WriteMode
+
+    mode = WriteMode.WRITE_THROUGH_L2 if cfg.sync.durable else None
+    return StoreParameterStore(fleet.connector, cfg.parallelism.parameter_server, write_mode=mode)
 
 
 def _cause(err: BaseException) -> str:

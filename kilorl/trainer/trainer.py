@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from kilorl.algos import get as get_algorithm
 from kilorl.config import Config, apply_overrides, config_from_dict, dump_config
 from kilorl.trainer.cluster import Cluster
+from kilorl.trainer.loop_errors import LEARNER_MAX_RESTORES, LearnerLost
 
 if TYPE_CHECKING:
     from kilorl.trainer.checkpoint import Checkpointer
@@ -43,9 +44,12 @@ def default_run_dir(cfg: Config) -> Path:
 def config_warnings(cfg: Config) -> list[str]:
     """Settings that are accepted but do not (yet) do what they say; printed at start-up."""
     out = []
-    if cfg.train.overlap_compute_comm:
-        out.append("train.overlap_compute_comm=true is not active yet: learners all-reduce gradients after the "
-                   "backward pass (overlap arrives with DDP-bucketed learner communication)")
+    if cfg.train.overlap_compute_comm and cfg.parallelism.learner == 1:
+        out.append("train.overlap_compute_comm=true has no effect with one learner: there is no gradient "
+                   "communication to overlap")
+    if cfg.compression.method != "none" and cfg.parallelism.learner == 1:
+        out.append(f"compression.method={cfg.compression.method} has no effect with one learner: gradients "
+                   "are not communicated")
     if cfg.train.pipeline_depth >= cfg.iterations > 0:
         out.append(f"train.pipeline_depth={cfg.train.pipeline_depth} is not below the run's {cfg.iterations} "
                    f"iteration(s): every rollout may be collected before the first update")
@@ -90,11 +94,9 @@ class Trainer:
         return trainer
 
     def fit(self) -> TrainResult:
-        from kilorl.trainer.checkpoint import Checkpointer, load_checkpoint, preload
-        from kilorl.trainer.loop import OnPolicyLoop
-        from kilorl.trainer.metrics import MetricsWriter
-        from kilorl.trainer.reporting import Reporter
-        from kilorl.trainer.session import RoleSession
+        """Train to the end; a learner process that dies makes the run restore its last
+        checkpoint and go on, at most ``LEARNER_MAX_RESTORES`` times."""
+        from kilorl.trainer.checkpoint import latest_checkpoint, load_checkpoint
 
         cfg = self.cfg
         t_start = time.time()
@@ -103,12 +105,38 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(dump_config(cfg))
         state, meta = load_checkpoint(self._resume_from) if self._resume_from is not None else (None, {})
+        for attempt in range(LEARNER_MAX_RESTORES + 1):
+            try:
+                return self._session(state, meta, t_start)
+            except LearnerLost as err:
+                last = latest_checkpoint(self.run_dir)
+                if last is None:
+                    raise LearnerLost(f"{err}; the run has no checkpoint to restore from "
+                                      "(set checkpoint.every_env_steps)") from err
+                if attempt == LEARNER_MAX_RESTORES:
+                    raise LearnerLost(f"{err}; giving up after {attempt} restores") from err
+                warnings.warn(f"{err}: restoring {last} (restore {attempt + 1} of at most {LEARNER_MAX_RESTORES})",
+                              UserWarning, stacklevel=2)
+                state, meta = load_checkpoint(last)
+        raise AssertionError("unreachable")
+
+    def _session(self, state: dict | None, meta: dict, t_start: float) -> TrainResult:
+        """One set of roles from ``state`` to the end of the run (or a lost learner)."""
+        from kilorl.trainer import preload
+        from kilorl.trainer.checkpoint import Checkpointer
+        from kilorl.trainer.loop import OnPolicyLoop
+        from kilorl.trainer.metrics import MetricsWriter
+        from kilorl.trainer.reporting import Reporter
+        from kilorl.trainer.session import RoleSession
+
+        cfg = self.cfg
         env_steps, iteration = int(meta.get("env_steps", 0)), int(meta.get("iteration", 0))
-        with RoleSession(cfg, self.cluster, state, iteration, run_dir=self.run_dir) as roles:
+        with RoleSession(cfg, self.cluster, state, iteration, l2_dir=str(self.run_dir.resolve() / "store-l2"),
+                         run_dir=self.run_dir) as roles:
             startup_s = time.time() - t_start
             if roles.monitor is not None:
                 print(roles.monitor.describe(), flush=True)
-            preload()  # torch for checkpoints, imported while the first rollouts run
+            preload.start()  # torch for checkpoints, imported while the first rollouts run
             ckpt = Checkpointer(self.run_dir, cfg.checkpoint.every_env_steps, cfg.checkpoint.keep,
                                 cfg.model_dump(mode="json"), env_steps)
             metrics = MetricsWriter(self.run_dir, cfg.train.total_env_steps, cfg.logging.tensorboard, cfg.logging.progress)
@@ -125,14 +153,20 @@ class Trainer:
         """The training step: iterate the data path, report, checkpoint when due and at the end."""
         import ray
 
+        from kilorl.trainer import preload
+
+        def save() -> None:
+            preload.wait()  # unpickling the state imports torch: never alongside the background import
+            ckpt.save(ray.get(roles.learners[0].state.remote()), reporter.checkpoint_meta(env_steps, iteration))
+
         env_steps, iteration = loop.env_steps, loop.iteration
         for it in loop:
             env_steps, iteration = it.env_steps, it.iteration
             solved = reporter.observe(it)
             if ckpt.due(env_steps):
-                ckpt.save(ray.get(roles.learners[0].state.remote()), reporter.checkpoint_meta(env_steps, iteration))
+                save()
             if solved:
                 break
         if ckpt.last_steps != env_steps:  # the final state, unless it was just saved
-            ckpt.save(ray.get(roles.learners[0].state.remote()), reporter.checkpoint_meta(env_steps, iteration))
+            save()
         return env_steps, iteration

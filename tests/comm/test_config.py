@@ -57,3 +57,11 @@ def test_fields_of_the_chosen_method_are_accepted():
     cfg = CompressionConfig(method="threshold_topk", threshold=0.0, topk_ratio=1.0, warmup_steps=5, error_feedback=False)
     assert cfg.compresses and cfg.topk_ratio == 1.0
     assert CompressionConfig(method="powersgd", powersgd_rank=4, warmup_steps=3).powersgd_rank == 4
+
+
+def test_a_dumped_config_with_every_field_loads_again():
+    for method in ("none", "bf16", "powersgd", "threshold_topk"):
+        dumped = CompressionConfig(method=method).model_dump()
+        assert CompressionConfig(**dumped).method == method
+    custom = CompressionConfig(method="threshold_topk", topk_ratio=0.05, error_feedback=False).model_dump()
+    assert CompressionConfig(**custom).topk_ratio == 0.05

@@ -1,4 +1,4 @@
-"""Learning survives compression: least squares on two gloo learners through GradientSync.
+"""Learning survives compression: least squares on two gloo learners through BucketedAllReduce.
 
 Each rank holds its own shard of an ill-conditioned least-squares problem (column scales
 1 .. 0.01) and runs 300 SGD steps on the averaged gradient. Threshold + top-k with error
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kilorl.comm import CompressionConfig, GradientSync
+from kilorl.comm import BucketedAllReduce, CompressionConfig
 from tests.comm.dist_helpers import run_workers
 
 DIM, ROWS, STEPS, LR = 128, 256, 300, 0.3
@@ -30,7 +30,7 @@ def _problem(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
 def _final_loss(rank: int, compression: dict | None) -> float:
     a, b = _problem(rank)
     x = torch.nn.Parameter(torch.zeros(DIM))
-    sync = GradientSync([x], CompressionConfig(**compression) if compression else None)
+    sync = BucketedAllReduce([x], CompressionConfig(**compression) if compression else None)
     for _ in range(STEPS):
         x.grad = None
         (a @ x - b).pow(2).mean().backward()

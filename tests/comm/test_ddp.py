@@ -1,4 +1,4 @@
-"""DistributedModel (DDP) and GradientSync give the old flattened all-reduce's gradients (2 gloo ranks).
+"""DistributedModel (DDP) and BucketedAllReduce give the old flattened all-reduce's gradients (2 gloo ranks).
 
 Each scenario trains a small MLP three SGD steps twice side by side: with the old
 ``GradientAllReducer`` and with the new path; gradients are compared at every step. The
@@ -12,10 +12,11 @@ import copy
 import pytest
 import torch
 
-from kilorl.comm import CompressionConfig, DistributedModel, GradientAllReducer, GradientSync
+from kilorl.comm import BucketedAllReduce, CompressionConfig, DistributedModel, GradientAllReducer
 from tests.comm.dist_helpers import run_workers
 
-MODES = ("overlap", "after-backward", "sync")  # DDP overlapped, DDP + sync after backward, GradientSync alone
+# DDP overlapped, DDP + sync after backward, BucketedAllReduce after backward, BucketedAllReduce overlapped (grad hooks)
+MODES = ("overlap", "after-backward", "sync", "sync-overlap")
 LOSSLESS = {"method": "threshold_topk", "threshold": 0.0, "topk_ratio": 1.0, "value_dtype": "float32"}
 
 
@@ -37,14 +38,14 @@ def _train(rank: int, world: int, mode: str, micro: int, compression: dict | Non
     reducer = GradientAllReducer(world)
     net = copy.deepcopy(ref)
     cfg = CompressionConfig(**compression) if compression else None
-    if mode == "sync":
-        new = GradientSync(net.parameters(), cfg, bucket_cap_mb=bucket_cap_mb)
+    if mode.startswith("sync"):
+        new = BucketedAllReduce(net.parameters(), cfg, bucket_cap_mb=bucket_cap_mb, overlap_compute_comm=mode == "sync-overlap")
         forward = net
     else:
         new = DistributedModel(net, compression=cfg, bucket_cap_mb=bucket_cap_mb, overlap_compute_comm=mode == "overlap")
         forward = new
     opt_ref, opt_new = torch.optim.SGD(ref.parameters(), lr=0.1), torch.optim.SGD(net.parameters(), lr=0.1)
-    grads, stats = [], []
+    grads, stats, launched = [], [], []
     for step in range(steps):
         batches = _batches(rank, step, micro)
         for opt in (opt_ref, opt_new):
@@ -58,15 +59,34 @@ def _train(rank: int, world: int, mode: str, micro: int, compression: dict | Non
                     forward(x).pow(2).mean().backward()
             else:
                 forward(x).pow(2).mean().backward()
+        launched.append(getattr(new, "launched_buckets", None))
         stats.append(new.synchronize().as_metrics())
         grads.append([(p.grad.clone(), q.grad.clone()) for p, q in zip(ref.parameters(), net.parameters())])
         opt_ref.step()
         opt_new.step()
-    return {"grads": grads, "stats": stats, "numel": sum(p.numel() for p in ref.parameters())}
+    n_buckets = len(new.buckets) if isinstance(new, BucketedAllReduce) else None
+    return {"grads": grads, "stats": stats, "numel": sum(p.numel() for p in ref.parameters()),
+            "launched_before_sync": launched, "buckets": n_buckets}
 
 
-def _scenarios(rank: int, world: int, cases: dict[str, tuple]) -> dict[str, dict]:
-    return {name: _train(rank, world, *args) for name, args in cases.items()}
+def _second_backward_error(rank: int, world: int) -> str:
+    net = _mlp()
+    sync = BucketedAllReduce(net.parameters(), bucket_cap_mb=0.005, overlap_compute_comm=True)
+    x = _batches(rank, 0, 1)[0]
+    net(x).sum().backward()
+    try:
+        net(x).sum().backward()
+        message = "no error"
+    except RuntimeError as e:
+        message = str(e)
+    sync.synchronize()  # the first backward's buckets are still in flight: finish them
+    return message
+
+
+def _scenarios(rank: int, world: int, cases: dict[str, tuple]) -> dict:
+    out: dict = {name: _train(rank, world, *args) for name, args in cases.items()}
+    out["second_backward"] = _second_backward_error(rank, world)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +101,7 @@ def compressed_runs() -> dict[str, dict]:
         "lossless/overlap": ("overlap", 2, LOSSLESS),
         "lossless/sync": ("sync", 2, LOSSLESS),
         "lossless/after-backward": ("after-backward", 2, LOSSLESS),
+        "lossless/sync-overlap": ("sync-overlap", 2, LOSSLESS),
         "bf16": ("overlap", 1, {"method": "bf16"}),
         "powersgd/overlap": ("overlap", 1, {"method": "powersgd", "powersgd_rank": 2}, 4),
         "powersgd/sync": ("sync", 1, {"method": "powersgd", "powersgd_rank": 2}, 4),
@@ -124,3 +145,15 @@ def test_powersgd_hook_is_dense_for_two_updates_then_sends_fewer_bytes(compresse
     ratios = [s["comm_ratio"] for s in stats]
     assert ratios[:2] == [1.0, 1.0] and all(x < 0.5 for x in ratios[2:]), ratios
     assert stats[-1]["residual_norm"] > 0
+
+
+def test_overlapped_gradient_sync_launches_every_bucket_during_backward(dense_runs):
+    for micro in (1, 3):
+        overlapped, plain = dense_runs[f"sync-overlap/{micro}"], dense_runs[f"sync/{micro}"]
+        assert overlapped["buckets"] > 2
+        assert overlapped["launched_before_sync"] == [overlapped["buckets"]] * 3
+        assert plain["launched_before_sync"] == [0] * 3
+
+
+def test_a_second_backward_without_synchronize_is_refused(dense_runs):
+    assert "second backward before BucketedAllReduce.synchronize()" in dense_runs["second_backward"]

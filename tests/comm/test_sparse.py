@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from kilorl.comm import CompressionConfig, GradientSync, sparse_allreduce
+from kilorl.comm import BucketedAllReduce, CompressionConfig, sparse_allreduce
 from kilorl.comm import encoding as enc
 from kilorl.comm.compressors import ThresholdTopK
 from tests.comm.dist_helpers import run_workers
@@ -56,7 +56,7 @@ def _bytes_as_reported(rank: int, world: int) -> dict:
     torch.manual_seed(0)
     param = torch.nn.Parameter(torch.zeros(20_000))
     cfg = CompressionConfig(method="threshold_topk", threshold=1e-4, topk_ratio=0.3 if rank == 0 else 0.1)
-    sync = GradientSync([param], cfg)
+    sync = BucketedAllReduce([param], cfg)
     grad = torch.randn(20_000, generator=torch.Generator().manual_seed(rank))
     param.grad = grad.clone()
     stats = sync.synchronize()

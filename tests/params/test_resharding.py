@@ -130,3 +130,10 @@ def test_assemble_refuses_buffers_of_the_wrong_size():
     plan = plan_read(writer)
     with pytest.raises(LayoutError, match="expected 16"):
         plan.assemble([b"\0" * 15])
+
+
+def test_segments_that_leave_a_needed_byte_uncovered_are_an_error():
+    layout = FlatLayout.build([("a", "float32", (4,))], 1)
+    plan = plan_read(layout)
+    with pytest.raises(LayoutError, match="no segment holds flat byte 8"):
+        plan.assemble_segments([(0, bytes(8)), (12, bytes(4))])

@@ -99,3 +99,44 @@ def test_a_reader_racing_a_writer_always_gets_one_consistent_version(store, stor
     th.join(30)
     assert len(seen) > 3
     assert all(values == {float(v)} for v, values in seen)
+
+
+def test_publish_hands_the_store_views_of_the_tensors_own_memory_cut_at_shard_bounds():
+    import numpy as np
+
+    from kilorl.params import FlatLayout
+    from kilorl.params.store_backed import shard_pieces
+
+    tensors = params(1)
+    layout = FlatLayout.of(tensors, 3)
+    pieces = shard_pieces(tensors, layout)
+    assert [sum(v.nbytes for v in p.values()) for p in pieces] == [b - a for a, b in zip(layout.bounds, layout.bounds[1:])]
+    for p in pieces:
+        for offset, view in p.items():
+            owner = next(t for t in tensors.values() if np.shares_memory(np.frombuffer(view, np.uint8),
+                                                                       t.view(-1).view(torch.uint8).numpy()))
+            assert owner is not None and int(offset) >= 0  # no packed copy in between
+
+
+def test_after_a_worker_restart_readers_get_parameters_lost_and_writers_reconnect(tmp_path):
+    from kilorl.params.reconnect import ParametersLost
+    from tests.store.store_helpers import WorkerProcess
+
+    first = WorkerProcess(tmp_path, "--shm-size", "64MiB", name="before").start()
+    port = first.port
+    writer, reader = StoreParameterStore(first.client, 2), StoreParameterStore(first.client, 2)
+    writer.publish("policy", 1, params(1))
+    assert reader.wait("policy", 1, timeout=10) == 1
+    first.kill9()
+    again = WorkerProcess(tmp_path, "--shm-size", "64MiB", "--port", str(port), name="after").start()
+    try:
+        with pytest.raises(ParametersLost, match="restarted without the parameters"):
+            reader.wait("policy", 2, timeout=10)
+        writer.publish("policy", 2, params(2))  # reconnects to the same address
+        assert reader.wait("policy", 2, timeout=10) == 2
+        assert torch.equal(reader.fetch("policy")[1]["pi.w"], params(2)["pi.w"])
+    finally:
+        again.proc.kill()
+        again.proc.wait(10)
+        again.remove_arena()
+        first.remove_arena()

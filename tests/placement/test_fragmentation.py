@@ -6,8 +6,15 @@ import numpy as np
 import pytest
 
 from kilorl.placement import Demand, topology_from_dict
-from kilorl.placement.fragmentation import Workload, leftover_gpus, node_fragmentation, sliver_floor, total_fragmentation
-from kilorl.placement.policies import choose_node
+from kilorl.placement.fragmentation import (
+    Workload,
+    leftover_gpus,
+    node_fragmentation,
+    ratio_stranding,
+    sliver_floor,
+    total_fragmentation,
+)
+from kilorl.placement.policies import MEASURE, choose_node
 from kilorl.placement.scoring import FragScorer
 from kilorl.placement.state import Allocation, CapacityState
 
@@ -119,3 +126,28 @@ def test_leftover_gpus_says_which_tasks_could_use_the_idle_share():
     # on node 2 nothing fits, though by GPU alone everything would.
     assert lo == {"free": 4.19, "no_task_fits": 2.0, "cpu_or_memory_short": 2.0, "only_rare_tasks_fit": 0.19,
                   "common_tasks_fit": 2.0}
+
+
+def test_ratio_stranding_sends_cpu_work_where_cpu_is_plentiful():
+    # Node 0: 2 GPUs, 24 cores; node 1: 2 GPUs, 64 cores. Workload: 1-GPU/8-core pods and
+    # 8-core CPU-only pods, equally often: 16 cores per GPU.
+    state = CapacityState(topology_from_dict({
+        "node_types": {"lean": {"cpus": 24, "memory_gb": 64, "gpus": {"model": "T4", "count": 2}},
+                       "rich": {"cpus": 64, "memory_gb": 64, "gpus": {"model": "T4", "count": 2}}},
+        "node_groups": [{"type": "lean", "count": 1, "prefix": "a"}, {"type": "rich", "count": 1, "prefix": "b"}],
+    }))
+    gpu_pod, cpu_pod = Demand(1, 1000, 8000, 0), Demand(0, 0, 8000, 0)
+    wl = Workload.of([gpu_pod, cpu_pod], state.model_names)
+    assert wl.cpu_per_gpu == 16.0
+    # Node 0 strands 2000 - 24000/16 = 500 milli; node 1 nothing.
+    assert ratio_stranding(state.gpu_total, state.cpu_free, state.mem_free, wl).tolist() == [500.0, 0.0]
+    everywhere = np.ones(2, dtype=bool)
+    chosen = {}
+    for policy in ("fgd", "binpack-topo"):
+        scorer = FragScorer(wl, MEASURE[policy])
+        scorer.refresh(state)
+        chosen[policy] = choose_node(policy, state, cpu_pod, everywhere, cache=scorer)[0]
+    # With 16 cores left node 0 still fits both 1-GPU pods, so FGD's gradient is 0 on both
+    # nodes and it takes node 0; the ratio stranding there would grow by 500, so binpack-topo
+    # takes node 1.
+    assert chosen == {"fgd": 0, "binpack-topo": 1}

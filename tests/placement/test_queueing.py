@@ -63,3 +63,17 @@ def test_queue_mode_needs_durations(tmp_path):
         simulate(topo, pods, "fgd", mode="queue")
     with pytest.raises(ValueError, match="discipline"):
         simulate(topo, pods, "fgd", mode="queue", discipline="lifo")
+
+
+def test_reserve_keeps_a_node_for_the_oldest_waiting_pod(tmp_path):
+    """p0 holds 1 of 2 GPUs for 10 s, p1 needs both, p2 (1 GPU, 20 s) comes after p1."""
+    (tmp_path / "nodes.csv").write_text(ONE_NODE)
+    (tmp_path / "pods.csv").write_text(HEAD + "p0,1000,1024,1,1000,0,10\np1,1000,1024,2,1000,1,6\np2,1000,1024,1,1000,2,22\n")
+    trace = read_nodes(tmp_path / "nodes.csv"), read_pods(tmp_path / "pods.csv")
+    # backfill: p2 takes the free GPU at once and p1 waits for it too: p1 starts at 20.
+    bf = run(trace, "binpack-topo", "backfill")
+    assert bf.extra["delay_s_mean"] == pytest.approx(20 / 3, abs=0.05) and bf.extra["makespan_s"] == 25.0
+    # reserve: the node is held for p1, so p2 waits; p1 starts at 10, p2 at 15.
+    rs = run(trace, "binpack-topo", "reserve")
+    assert rs.extra["delay_s_mean"] == pytest.approx(25 / 3, abs=0.05) and rs.extra["makespan_s"] == 35.0
+    assert rs.extra["drain_s"] == 15.0

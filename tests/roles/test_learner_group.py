@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from kilorl.roles.learner import LearnerRole
 from kilorl.roles.parameter_store import RayParameterStore
+from kilorl.roles.remote import LearnerProcess
 from tests.conftest import fake_rollout, tiny_config
 
 
-def test_two_learners_take_identical_steps_on_different_data(ray_local):
+def test_two_learners_meet_at_rank_0s_address_and_take_identical_steps(ray_local):
     import ray
-
-    from kilorl.trainer.session import _free_port
 
     cfg = tiny_config(parallelism={"learner": 2, "actor": 2})
     store = RayParameterStore.create(2)
-    remote = ray.remote(num_cpus=1)(LearnerRole)
-    master = ("127.0.0.1", _free_port())
-    learners = [remote.remote(cfg, store, r, 2, "gloo", master) for r in range(2)]
+    remote = ray.remote(num_cpus=1)(LearnerProcess)
+    learners = [remote.remote(cfg, store, r, 2, "gloo") for r in range(2)]
+    host, port = ray.get(learners[0].rendezvous.remote())
+    assert host == ray.util.get_node_ip_address() and port > 0  # rank 0's node, not the driver's loopback
+    ray.get([lr.start.remote((host, port)) for lr in learners])
     before = ray.get([lr.weights_digest.remote() for lr in learners])
     assert before[0] == before[1]  # rank 0's initial weights were broadcast
     stats = ray.get([lr.update.remote(1, 256, fake_rollout(seed=r)) for r, lr in enumerate(learners)])

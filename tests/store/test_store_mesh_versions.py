@@ -73,8 +73,13 @@ def test_get_version_ranges_pull_only_those_bytes(cluster_of, metastore):
 
 @pytest.mark.timeout(180)
 def test_wait_version_on_c_returns_within_50ms_of_the_publish_on_a(cluster_of, metastore):
-    a, _, c = cluster_of(metastore).start(3)
+    a, b, c = cluster_of(metastore).start(3)
     ca, cc = a.client(), c.client()
+    status = [w.client(zero_copy=False) for w in (a, b, c)]
+
+    def waiters() -> int:  # long polls blocked at the name's owner, wherever it is
+        return sum(s.stats()["cluster"]["version_waiters"] for s in status)
+
     latencies = []
     for v in range(1, 21):
         waiting = threading.Event()
@@ -88,7 +93,7 @@ def test_wait_version_on_c_returns_within_50ms_of_the_publish_on_a(cluster_of, m
         t = threading.Thread(target=wait)
         t.start()
         waiting.wait(5)
-        time.sleep(0.02)  # let the long poll reach the owner; a late waiter would only look faster
+        wait_until(lambda: waiters() == 1, timeout=5, what="C's wait_version blocked at the owner")
         start = time.perf_counter()
         ca.publish("lat", b"x" * 1024)
         t.join(10)
@@ -116,3 +121,47 @@ def test_a_held_version_stays_valid_and_is_reclaimed_only_after_release(cluster_
     gc.collect()
     cc.flush_releases()
     wait_until(lambda: dram_used(cc) <= used_while_held - size, timeout=10, what="version 2 reclaimed on C")
+
+
+@pytest.mark.timeout(180)
+def test_a_new_version_reaches_many_workers_through_the_relay(cluster_of, metastore):
+    """4 workers x 2 readers read a new version at once: the publisher sends at most 2 copies,
+    each worker pulls one copy, and its two readers share it."""
+    cluster = cluster_of(metastore, shm="64MiB")
+    publisher, *others = cluster.start(5)
+    cp = publisher.client()
+    readers = [w.client() for w in others for _ in range(2)]
+    size = 9 * MIB  # three 4 MiB chunks: relays forward chunks while still receiving
+
+    def served(c) -> int:
+        return c.stats()["cluster"]["counters"]["bytes_served"]
+
+    for round_ in range(2):
+        value = payload(round_, size)
+        before = served(cp)
+        relayed_before = sum(served(c) for c in readers[::2])
+        version = cp.publish("model", value)
+        barrier = threading.Barrier(len(readers))
+        results: list = [None] * len(readers)
+
+        def read(i: int, barrier: threading.Barrier = barrier, results: list = results,
+                 value: np.ndarray = value, version: int = version) -> None:
+            barrier.wait()
+            try:
+                got = readers[i].get_version("model", version)
+                results[i] = np.array_equal(got.value, value)
+            except Exception as exc:  # noqa: BLE001
+                results[i] = exc
+
+        threads = [threading.Thread(target=read, args=(i,)) for i in range(len(readers))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert results == [True] * len(readers)
+        sent = served(cp) - before
+        relayed = sum(served(c) for c in readers[::2]) - relayed_before
+        assert len(value) <= sent <= 2 * len(value), f"publisher sent {sent / len(value):.2f}x the version"
+        assert sent + relayed == 4 * len(value)  # one copy per worker, whoever sent it
+        for c in readers:
+            c.flush_releases()

@@ -129,6 +129,26 @@ def test_unknown_op_and_bad_fields_keep_connection(worker):
     assert msgpack.unpackb(s.recv(n[3], socket.MSG_WAITALL))["pong"] is True
 
 
+def test_bad_fields_of_range_describe_and_version_ops_are_named(worker):
+    s = raw(worker)
+    assert hello(s, worker.token)["ok"]
+    cases = [({"op": "get_range", "key": "k", "offset": "0", "length": 1}, "offset"),
+             ({"op": "get_range", "key": "k", "offset": 0}, "length"),
+             ({"op": "get_range", "key": "k", "offset": -1, "length": 1}, "offset/length"),
+             ({"op": "describe"}, "key"),
+             ({"op": "get_version", "name": "n", "ranges": [[0]]}, "ranges[0]"),
+             ({"op": "set", "ver": ["n", "one"], "meta": {"k": "bytes"}}, "ver"),
+             ({"op": "keys", "prefix": 3}, "prefix")]
+    for header, field in cases:
+        s.sendall(frame(header))
+        n = struct.unpack("!2sBBIQ", s.recv(16, socket.MSG_WAITALL))
+        reply = msgpack.unpackb(s.recv(n[3], socket.MSG_WAITALL))
+        assert reply["ok"] is False and reply["msg"].startswith(field), (header, reply)
+    s.sendall(frame({"op": "ping"}))
+    n = struct.unpack("!2sBBIQ", s.recv(16, socket.MSG_WAITALL))
+    assert msgpack.unpackb(s.recv(n[3], socket.MSG_WAITALL))["pong"] is True
+
+
 def test_oversized_payload_limit(workers):
     w = workers("--shm-size", "16MiB", "--max-payload", "1MiB")
     good = w.client()

@@ -99,3 +99,4 @@ def test_remote_range_moves_only_the_asked_bytes_from_the_holder(cluster_of, met
     d = cb.describe("weights")  # remote describe: metadata only, no bytes move
     assert (d["type"], d["size"]) == ("ndarray", size)
     assert served(ca) - before == moved
+

@@ -88,3 +88,35 @@ def test_versions_survive_restart_with_write_through(workers, tmp_path):
     assert c2.latest_version("policy") == 5
     assert torch.equal(c2.get_version("policy").value["layer3"], torch.full((64, 1024), 5.0))
     wait_until(lambda: c2.get_version("policy", 4).version == 4, what="version 4 kept")
+
+
+def test_publish_numbers_versions_when_none_is_given(client):
+    assert client.publish("auto", b"a") == 1
+    assert client.publish("auto", b"b") == 2
+    assert client.publish("auto", b"c", version=10) == 10
+    assert client.publish("auto", b"d") == 11
+    assert bytes(client.get_version("auto").value) == b"d"
+
+
+def test_get_version_ranges_read_parts_of_one_version(client):
+    value = params(3)
+    client.publish("r", value)
+    client.set("layout-probe", value)  # same encoding: describe gives the offsets
+    layout = client.describe("layout-probe")["entries"]
+    off = layout["layer2"]["offset"]
+    got = client.get_version("r", ranges=[(off, 4 * 1024), (layout["layer0"]["offset"], 8)])
+    assert got.version == 1
+    first = torch.frombuffer(bytearray(got.value[0]), dtype=torch.float32)
+    assert torch.equal(first, value["layer2"].reshape(-1)[:1024])
+    assert len(got.value[1]) == 8
+
+
+def test_bad_version_requests_name_the_field(client):
+    client.publish("bad", b"x")
+    with pytest.raises(InvalidRequest, match=r"ranges\[0\]"):
+        client.get_version("bad", ranges=[(0,)])
+    with pytest.raises(InvalidRequest, match="offset/length"):
+        client.get_version("bad", ranges=[(0, 2)])
+    with pytest.raises(InvalidRequest, match="version"):
+        client.publish("bad", b"y", version=-1)
+    assert client.ping()  # the connection is still usable after each error

@@ -17,3 +17,34 @@ class ResetRaises(gym.Env):
 
     def step(self, action):
         raise AssertionError("never reached")
+
+
+class DiesOnce(gym.Env):
+    """CartPole whose process is SIGKILLed at its ``die_at``-th step, once per ``marker`` file.
+
+    The first env to reach that step creates ``marker`` and kills its own process (as
+    ``kill -9`` would, mid-rollout); every later process finds the marker and lives.
+    """
+
+    def __init__(self, marker: str, die_at: int = 40) -> None:
+        self.inner = gym.make("CartPole-v1")
+        self.observation_space, self.action_space = self.inner.observation_space, self.inner.action_space
+        self.marker, self.die_at, self.steps = marker, die_at, 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        return self.inner.reset(seed=seed, options=options)
+
+    def step(self, action):
+        import os
+        import signal
+
+        self.steps += 1
+        if self.steps == self.die_at:
+            try:
+                fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                pass
+            else:
+                os.close(fd)
+                os.kill(os.getpid(), signal.SIGKILL)
+        return self.inner.step(action)

@@ -144,7 +144,8 @@ def test_kilorl_top_shows_every_role_of_a_running_training(ray_local, tmp_path):
         def all_roles() -> object:
             rows, errors = collect(run)
             have = {(r.role, r.rank) for r in rows if r.rss_bytes is not None}
-            return (rows, errors) if set(EVERY_ROLE) <= have and any(r.env_steps for r in rows) else None
+            stepping = {(r.role, r.rank) for r in rows if r.env_steps}
+            return (rows, errors) if set(EVERY_ROLE) <= have and set(ACTORS) <= stepping else None
 
         rows, errors = wait_for(all_roles, 180, "every role in kilorl top")
         assert errors == []

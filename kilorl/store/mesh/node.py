@@ -22,27 +22,24 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from kilorl.store.errors import (
     ConfigError,
     ConnectionLost,
-    InvalidRequest,
-    KeyNotFound,
-    ObjectLost,
-    StaleCopy,
     StoreError,
     WorkerLeaving,
 )
-from kilorl.store.local.objects import ReadHandle, Region
-from kilorl.store.mesh import transfer
+from kilorl.store.local.entries import ReadHandle, Region
 from kilorl.store.mesh.copies import LocalCopies
 from kilorl.store.mesh.links import MeshLinks
 from kilorl.store.mesh.membership import Membership
 from kilorl.store.mesh.metastore_service import MetastoreService
 from kilorl.store.mesh.moves import RingMoves
-from kilorl.store.mesh.records import L2_HOLDER, MetaRecord
+from kilorl.store.mesh.reads import RemoteReads
+from kilorl.store.mesh.records import MetaRecord
 from kilorl.store.mesh.state import MemberInfo, MembershipConfig
 from kilorl.store.metastore import open_metastore
 from kilorl.store.metastore.builtin import BuiltinMetastore
@@ -50,7 +47,7 @@ from kilorl.store.metastore.remote import RemoteMetastore
 from kilorl.store.server.router import Router
 from kilorl.store.server.version_book import VersionBook
 from kilorl.store.server.worker import Worker
-from kilorl.store.wire.peers import PeerPool
+from kilorl.store.wire.peers import PeerPool, PeerUnreachable
 
 log = logging.getLogger("kilorl.store.mesh.node")
 
@@ -107,7 +104,6 @@ class MeshNode(Router):
         self.lock = threading.RLock()
         self.records: dict[str, MetaRecord] = {}
         self.copies = LocalCopies(worker.store, self.lock)
-        self._fetch_locks: dict[str, list] = {}
         self.pool = PeerPool(worker.token, timeout=max(60.0, cfg.get_timeout * 2))
         self.leaving = threading.Event()
         self._writes = 0
@@ -126,9 +122,12 @@ class MeshNode(Router):
         self.membership = Membership(self.metastore, MemberInfo(self.id, self.address),
                                      MembershipConfig(cfg.prefix, cfg.lease_ttl, replicas=2))
         self.links = MeshLinks(self.id, self.membership, self.pool, cfg.get_timeout)
+        self.reads = RemoteReads(self.links, self.copies, worker.store, self.pool, cfg.chunk_size,
+                                 cfg.get_timeout, self.counters, self.lock)
         self.moves = RingMoves(self.records, self.lock, self.links, self.copies, worker.store, self.leaving,
-                               self.counters, self.rescue)
+                               self.counters, self.reads.rescue)
         self.book: VersionBook | None = None  # the mesh history (versions.register sets it)
+        self.status_parts: list[Callable[[], dict[str, Any]]] = []  # more fields for info()
         worker.set_router(self)
         worker.add_service(self)
         # Objects indexed from a shared L2 directory belong to whoever wrote them: in a
@@ -183,68 +182,16 @@ class MeshNode(Router):
         return n
 
     def describe_remote(self, key: str) -> tuple[dict[str, Any], int] | None:
-        located = self.lookup(key, set(), register=False)
-        if located is None:
-            return None
-        if located.rec.lost and not self.rescue(key, located.rec):
-            raise ObjectLost(f"key {key!r} was held only by worker {located.rec.holder}, which died")
-        return located.rec.meta, located.rec.size
+        return self.reads.describe(key)
 
     def read_range(self, key: str, offset: int, length: int) -> ReadHandle | None:
-        """Pulls ``length`` bytes at ``offset`` of ``key`` from a worker holding it (the holder
-        first, then other copies), or from the shared L2 directory, into this worker's arena."""
-        located = self.lookup(key, set(), register=False)
-        if located is None:
-            return None
-        rec = located.rec
-        if rec.lost:
-            if not self.rescue(key, rec):
-                raise ObjectLost(f"key {key!r} was held only by worker {rec.holder}, which died")
-            return self.read_range(key, offset, length)
-        if offset + length > rec.size:
-            raise InvalidRequest(f"offset/length: [{offset}, {offset + length}) is outside {key!r} ({rec.size} bytes)")
-        data = self.store.stage(length)
-        view = self.store.view(data) if isinstance(data, Region) else memoryview(data)
-        try:
-            self._fill_range(rec, offset, view)
-        except BaseException:
-            if isinstance(data, Region):
-                self.store.release([data])
-            raise
-        if isinstance(data, Region):
-            return ReadHandle({"k": "bytes"}, length, "dram", region=data)
-        return ReadHandle({"k": "bytes"}, length, "dram", data=view)
+        return self.reads.read_range(key, offset, length)
 
-    def _fill_range(self, rec: MetaRecord, offset: int, view: memoryview) -> None:
-        live = self.membership.view.members
-        sources = [m for m in dict.fromkeys([rec.holder, *rec.copies]) if m and m != self.id and m in live]
-        last: Exception | None = None
-        for source in sources:
-            try:
-                transfer.fetch_range(self.pool, self.address_of(source), rec.key, rec.ver, offset, view,
-                                     self.cfg.chunk_size)
-                self.counters["remote_ranges"] += 1
-                return
-            except (ConnectionLost, StaleCopy, KeyNotFound) as exc:
-                last = exc
-        if rec.durable and transfer.read_l2_range(self.store, rec.key, offset, view):
-            return
-        raise ObjectLost(f"key {rec.key!r}: no worker holding it could serve [{offset}, {offset + len(view)})"
-                         f" ({last})")
+    def ensure_local(self, key: str, timeout: float | None) -> bool:
+        return self.reads.ensure_local(key, timeout)
 
-    def rescue(self, key: str, rec: MetaRecord) -> bool:
-        """The holder of non-durable ``key`` died: asks the workers with copies (then every
-        live worker) to adopt it; True once one with a full copy at ``rec.ver`` did."""
-        live = self.membership.view.members
-        candidates = [m for m in dict.fromkeys([*rec.copies, *sorted(live)]) if m in live and m != rec.holder]
-        for member in candidates:
-            try:
-                if self.call_member(member, {"op": "c.adopt", "key": key, "ver": rec.ver}).get("adopted"):
-                    self.counters["adopted"] += 1
-                    return True
-            except StoreError:
-                continue
-        return False
+    def exists_elsewhere(self, key: str) -> bool:
+        return self.reads.exists_elsewhere(key)
 
     def list_keys(self, prefix: str, local: list[str]) -> list[str]:
         found = set(local)
@@ -254,10 +201,6 @@ class MeshNode(Router):
             except StoreError:
                 continue  # a member that just died: its keys are lost or already adopted
         return sorted(found)
-
-    def exists_elsewhere(self, key: str) -> bool:
-        located = self.lookup(key, set(), register=False)
-        return located is not None and not located.rec.lost
 
     def hello_fields(self) -> dict[str, Any]:
         return {"cluster": self.id, "members": sorted(m.address for m in self.membership.view.members.values())}
@@ -274,19 +217,40 @@ class MeshNode(Router):
             self._writes -= 1
             self._writes_cond.notify_all()
 
-    def announce(self, key: str) -> None:
-        """Registers the local object under ``key`` with its owner; drops a stale L2 file."""
+    def announce(self, key: str, if_absent: bool = False) -> bool:
+        """Registers the local object under ``key`` with its owner; drops a stale L2 file.
+        ``if_absent``: the owner refuses when it has a record of the key (returns False)."""
         with self.w.store.lock:
             obj = self.w.store.objects.get(key)
             if obj is None:
-                return
+                return not if_absent
             fields = {"key": key, "holder": self.id, "size": obj.size, "meta": obj.meta,
                       "mode": obj.l2_mode or "none", "tier": obj.tier or "l2"}
             gen = obj.gen
-        resp = self.meta_call(key, {"op": "c.meta_put", **fields})
+        resp = self.meta_call(key, {"op": "c.meta_put", **fields, **({"nx": True} if if_absent else {})})
+        if resp.get("exists"):
+            return False
         self.copies.register(key, resp["ver"], gen, primary=True)
         if resp.get("prev_l2") and fields["mode"] == "none" and self.w.store.l2 is not None:
             self.w.store.l2.delete(key)
+        return True
+
+    def forward_atomic(self, key: str, header: dict[str, Any]) -> dict[str, Any] | None:
+        """Sends a read-modify-write op to the key's ring owner (None: this worker owns it,
+        or the sender already forwarded it here), retrying while the ring settles."""
+        if header.get("fwd"):
+            return None
+        deadline = time.monotonic() + self.cfg.get_timeout
+        while True:
+            owner = self.preference(key)[0]
+            if owner == self.id:
+                return None
+            try:
+                return self.pool.call(self.address_of(owner), {**header, "fwd": True})
+            except (ConnectionLost, WorkerLeaving, PeerUnreachable):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def meta_call(self, key: str, header: dict[str, Any], deadline: float | None = None) -> dict[str, Any]:
         return self.links.meta_call(key, header, deadline)
@@ -308,103 +272,6 @@ class MeshNode(Router):
     def invalidate(self, key: str, ver: int) -> None:
         self.copies.invalidate(key, ver)
 
-    # -- remote reads ------------------------------------------------------------------------
-    def ensure_local(self, key: str, timeout: float | None) -> bool:
-        """Makes ``key`` readable from this worker's store, pulling it if needed.
-
-        Concurrent readers of one key on this worker wait for a single pull."""
-        if self.w.store.exists([key])[0]:
-            return True
-        with self.lock:
-            entry = self._fetch_locks.setdefault(key, [threading.Lock(), 0])
-            entry[1] += 1
-        try:
-            with entry[0]:
-                self._ensure_local(key, timeout)
-            return True
-        finally:
-            with self.lock:
-                entry[1] -= 1
-                if entry[1] == 0:
-                    self._fetch_locks.pop(key, None)
-
-    def _ensure_local(self, key: str, timeout: float | None) -> None:
-        wait = timeout if timeout else 0.0
-        deadline = time.monotonic() + max(wait, self.cfg.get_timeout)
-        appear_by = time.monotonic() + wait
-        exclude: set[str] = set()
-        while True:
-            if self.w.store.exists([key])[0]:
-                return
-            with self.lock:
-                infl = self.copies.inflight.get(key)
-            if infl is not None:
-                with infl.cond:
-                    infl.cond.wait_for(lambda infl=infl: infl.finished, timeout=max(0.0, deadline - time.monotonic()))
-                continue
-            rec = self.lookup(key, exclude)
-            if rec is None:
-                if transfer.l2_exists(self.store, key) and transfer.load_from_l2(self.copies, key, 0):
-                    self.counters["l2_loads"] += 1
-                    return
-                if time.monotonic() >= appear_by:
-                    raise KeyNotFound(f"key {key!r} not found" if not timeout
-                                      else f"key {key!r} did not appear within {timeout}s")
-                time.sleep(0.05)
-                continue
-            if rec.lost:
-                if self.rescue(key, rec.rec):
-                    continue  # a copy became the holder: look it up again
-                raise ObjectLost(f"key {key!r} was held only by worker {rec.holder}, which died "
-                                 f"(not written to L2), and no other worker has a full copy")
-            source = rec.source
-            try:
-                if source == L2_HOLDER or source == self.id:
-                    if transfer.load_from_l2(self.copies, key, rec.ver):
-                        self.counters["l2_loads"] += 1
-                        return
-                    raise ObjectLost(f"key {key!r}: its holder is gone and the shared L2 directory has no "
-                                     f"copy (write mode {rec.mode!r}, write-back not flushed?)")
-                transfer.pull(self.copies, self.pool, self.cfg.chunk_size, key, rec.ver, rec.size, rec.meta,
-                              self.address_of(source))
-                self.counters["remote_gets"] += 1
-                return
-            except (ConnectionLost, StaleCopy, KeyNotFound) as exc:
-                log.info("pull of %r from %s failed: %s", key, source, exc)
-                if rec.durable and transfer.l2_exists(self.store, key) and source == rec.holder:
-                    if transfer.load_from_l2(self.copies, key, rec.ver):
-                        self.counters["l2_loads"] += 1
-                        return
-                if source != rec.holder:
-                    exclude.add(source)  # a relay failed: go to the holder next time
-                elif rec.holder not in self.membership.view.members and not rec.durable:
-                    raise ObjectLost(f"key {key!r} was held only by worker {rec.holder}, which died") from None
-            if time.monotonic() >= deadline:
-                raise ObjectLost(f"key {key!r}: holder {rec.holder} unreachable for {self.cfg.get_timeout}s")
-            time.sleep(0.05)
-
-    def lookup(self, key: str, exclude: set[str], register: bool = True) -> Located | None:
-        """The key's record from its owner (or replica), else from any worker holding it."""
-        header = {"op": "c.locate", "key": key, "requester": self.id if register else "", "exclude": sorted(exclude)}
-        for member in self.preference(key):
-            try:
-                resp = self.call_member(member, header)
-            except ConnectionLost:
-                continue
-            if resp.get("rec") is not None:
-                return Located(MetaRecord.from_wire(resp["rec"]), resp["source"])
-        # Not on the owners (a migration in flight, or both died): ask every live worker.
-        for member, info in sorted(self.membership.view.members.items()):
-            if member == self.id or member in exclude:
-                continue
-            try:
-                resp = self.pool.call(info.address, {"op": "c.has", "key": key})
-            except (ConnectionLost, StoreError):
-                continue
-            if resp.get("rec") is not None:
-                return Located(MetaRecord.from_wire(resp["rec"]), member)
-        return None
-
     # -- status ------------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
         state = self.membership.view.state
@@ -419,14 +286,6 @@ class MeshNode(Router):
                 "records": nrec, "primaries": primaries, "replicas": replicas,
                 "leaving": self.leaving.is_set(), "counters": counters,
                 "last_rebalance_s": self.moves.last_rebalance_s,
+                **{k: v for part in self.status_parts for k, v in part().items()},
                 "metastore": "builtin (head)" if self.cfg.head else (self.cfg.join and f"builtin at {self.cfg.join}")
                 or self.cfg.metastore}
-
-
-@dataclass
-class Located:
-    rec: MetaRecord
-    source: str
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.rec, name)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kilorl.store.errors import InvalidRequest, KeyNotFound, StoreError, StoreTimeout, VersionGone
-from kilorl.store.local.objects import ReadHandle
+from kilorl.store.local.entries import ReadHandle
 from kilorl.store.local.versions import version_key
 from kilorl.store.mesh.ops import replicate
 from kilorl.store.mesh.records import L2_HOLDER, MetaRecord, new_version
@@ -46,6 +46,7 @@ class VersionIndex:
     def __init__(self, node: MeshNode):
         self.node = node
         self.changed = threading.Condition(node.lock)
+        self.waiters = 0  # long polls blocked here now (status: a test can see a reader waiting)
 
     def held(self, name: str) -> list[int]:
         with self.node.lock:
@@ -90,15 +91,19 @@ class VersionIndex:
         name, min_version = arg(h, "name", str), arg(h, "min_version", int)
         deadline = time.monotonic() + min(float(arg(h, "timeout", (int, float), WAIT_SLICE_S)), WAIT_SLICE_S)
         with self.changed:
-            while True:
-                held = self.held(name)
-                if held and held[-1] >= min_version:
-                    return {"latest": held[-1], "reached": True}
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return {"latest": held[-1] if held else None, "reached": False}
-                # Re-check at least twice a second: a history can also arrive by migration.
-                self.changed.wait(min(left, 0.5))
+            self.waiters += 1
+            try:
+                while True:
+                    held = self.held(name)
+                    if held and held[-1] >= min_version:
+                        return {"latest": held[-1], "reached": True}
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return {"latest": held[-1] if held else None, "reached": False}
+                    # Re-check at least twice a second: a history can also arrive by migration.
+                    self.changed.wait(min(left, 0.5))
+            finally:
+                self.waiters -= 1
 
 
 class MeshVersions(VersionBook):
@@ -175,6 +180,7 @@ def register(worker: Worker, node: MeshNode) -> None:
         worker.register(name, functools.partial(_handler, fn))
         node.links.local_ops[name] = fn
     node.book = MeshVersions(node, worker.rc.spec.keep_versions)
+    node.status_parts.append(lambda: {"version_waiters": index.waiters})
 
 
 def _handler(fn: Callable[[dict[str, Any], Any], dict[str, Any]], w: Worker, conn: Connection,

@@ -1,6 +1,6 @@
 """A ``Metastore`` served by the head worker of a built-in cluster (``--join HOST:PORT``).
 
-Every call is one request frame on a pooled connection to the head (``metastore/serve.py``);
+Every call is one request frame on a pooled connection to the head (``mesh/metastore_service.py``);
 watches are long polls on their own connection. When the head cannot be reached the
 calls raise ``MetastoreUnavailable``, as an unreachable etcd would.
 """

@@ -1,10 +1,8 @@
-"""The two places where this layer needs more than today's public ``StoreClient`` API.
+"""Value views and the one place this layer needs more than the public ``StoreClient`` API.
 
-COMPAT SHIM (switch after the data-system v2 merge): ``read_range`` reads a byte range of
-one value. With ``StoreClient.get_range(key, offset, length)`` available it uses that (a
-zero-copy view of only the range); until then it falls back to a full ``get`` and a slice.
-``exists_many`` asks for many keys in one request; it uses the worker's multi-key
-``exists`` op when the client exposes a way to send it, else one request per key.
+``read_range`` reads a byte range of one value with ``StoreClient.get_range`` (a zero-copy
+view of only the range; from a remote holder only those bytes move). ``exists_many`` asks
+for many keys in one request (``StoreClient.exists_many``).
 """
 
 from __future__ import annotations
@@ -38,24 +36,13 @@ def as_bytes_view(value: Any) -> memoryview:
 
 def read_range(store: StoreClient, key: str, offset: int, length: int) -> memoryview:
     """Bytes ``[offset, offset + length)`` of ``key``'s value (``KeyNotFound`` if absent)."""
-    get_range = getattr(store, "get_range", None)
+    if offset < 0 or length < 0:
+        raise invalid(f"read range [{offset}, {offset + length}) of {key!r}: offset and size must be >= 0")
     with translated():
-        if get_range is not None:
-            return as_bytes_view(get_range(key, offset, length))
-        view = as_bytes_view(store.get(key))  # FALLBACK: full get + slice
-    if offset < 0 or length < 0 or offset + length > view.nbytes:
-        raise invalid(f"read range [{offset}, {offset + length}) is outside the value of {key!r} "
-                      f"({view.nbytes} bytes)")
-    return view[offset:offset + length]
+        return as_bytes_view(store.get_range(key, offset, length))
 
 
 def exists_many(store: StoreClient, keys: list[str]) -> list[bool]:
-    """Existence of each key, in one request where possible."""
-    call = getattr(store, "_call", None)
+    """Existence of each key, in one request."""
     with translated():
-        if call is not None:
-            try:
-                return [bool(f) for f in call({"op": "exists", "keys": list(keys)})[0]["found"]]
-            except (KeyError, TypeError):
-                pass  # the wire shape changed: fall back to the public per-key call
-        return [store.exists(k) for k in keys]
+        return store.exists_many(keys)

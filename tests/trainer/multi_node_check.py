@@ -1,0 +1,58 @@
+"""Run in a fresh process by test_multi_node: a 2-raylet Ray cluster on this machine.
+
+Prints one JSON line: store workers per node, where each actor reads parameters from, the
+learners' nodes and their weight digests after a step (equal = they all-reduced).
+"""
+
+from __future__ import annotations
+
+import json
+
+import ray
+from ray.cluster_utils import Cluster
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from kilorl.roles.remote import ActorProcess, LearnerProcess
+from kilorl.trainer.session import parameter_store
+from kilorl.trainer.store_fleet import StoreFleet
+from tests.conftest import fake_rollout, tiny_config
+
+
+def main() -> None:
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "object_store_memory": 80 << 20})
+    cluster.add_node(num_cpus=2, object_store_memory=80 << 20)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+    fleet = None
+    try:
+        nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+        fleet = StoreFleet.start("32MiB", 3)
+        cfg = tiny_config(parallelism={"actor": 2, "learner": 2, "parameter_server": 2})
+        store = parameter_store(cfg, fleet)
+        pin = [NodeAffinitySchedulingStrategy(n, soft=False) for n in nodes]
+        learners = [ray.remote(num_cpus=1)(LearnerProcess).options(scheduling_strategy=pin[r]).remote(
+            cfg, store, r, 2, "gloo") for r in range(2)]
+        master = ray.get(learners[0].rendezvous.remote())
+        ray.get([lr.start.remote(master) for lr in learners])
+        ray.get(learners[0].publish.remote(0))
+        actors = [ray.remote(num_cpus=1)(ActorProcess).options(scheduling_strategy=pin[i]).remote(
+            cfg, store, i, seed=i) for i in range(2)]
+        infos = ray.get([a.collect.options(num_returns=2).remote(0)[1] for a in actors])
+        ray.get([lr.update.remote(1, 256, fake_rollout(seed=r)) for r, lr in enumerate(learners)])
+        print(json.dumps({
+            "nodes": nodes, "workers": fleet.connector.addresses,
+            "actor_sources": ray.get([a.parameter_source.remote() for a in actors]),
+            "actor_versions": [i["version"] for i in infos],
+            "learner_nodes": ray.get([lr.node_id.remote() for lr in learners]),
+            "digests": ray.get([lr.weights_digest.remote() for lr in learners]),
+            "master": master,
+        }))
+    finally:
+        if fleet is not None:
+            fleet.close()
+        ray.shutdown()
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main()

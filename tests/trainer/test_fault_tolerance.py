@@ -1,0 +1,85 @@
+"""Faults mid-run: a killed actor is restarted and rejoins; its partial rollout is never counted."""
+
+from __future__ import annotations
+
+from kilorl.trainer import Cluster
+from kilorl.trainer.loop import OnPolicyLoop
+from kilorl.trainer.session import RoleSession
+from tests.conftest import tiny_config
+
+
+def test_an_actor_killed_mid_rollout_is_restarted_at_the_newest_version_and_steps_stay_exact(ray_local, tmp_path):
+    import ray
+
+    marker = tmp_path / "killed"
+    # 10 batches of 2 actors x 4 envs x 32 steps; one env SIGKILLs its actor at its 100th step (batch 4)
+    cfg = tiny_config(env={"id": "tests.trainer.broken_env:DiesOnce", "kwargs": {"marker": str(marker), "die_at": 100}},
+                      parallelism={"actor": 2}, train={"total_env_steps": 2560})
+    with RoleSession(cfg, Cluster()) as roles:
+        loop = OnPolicyLoop(cfg, roles, 0, 0)
+        pids = ray.get([a.pid.remote() for a in roles.actors])
+        results = list(loop)
+        after_pids = ray.get([a.pid.remote() for a in roles.actors])
+    assert marker.exists() and sum(a != b for a, b in zip(pids, after_pids)) == 1  # one process died, restarted
+    assert loop.lost_rollouts == 1 and results[-1].stats["lost_rollouts"] == 1
+    steps = [sum(i["env_steps"] for i in it.infos) for it in results]
+    assert steps == [256] * 10 and results[-1].env_steps == 2560  # every batch full, none counted twice
+    after = [it for it in results if it.iteration > 4]  # the rollout that died belonged to batch 4
+    assert all(i["version"] >= it.iteration - 1 for it in after for i in it.infos)  # rejoined on the newest
+
+
+def test_a_killed_learner_makes_the_run_restore_its_last_checkpoint_and_finish(ray_local, tmp_path):
+    import os
+    import signal
+    import threading
+    import warnings
+
+    from ray._private.state import actors
+
+    from kilorl.trainer import Trainer
+    from kilorl.trainer.checkpoint import latest_checkpoint
+    from tests.store.store_helpers import wait_until
+
+    cfg = tiny_config(train={"total_env_steps": 8192}, checkpoint={"every_env_steps": 1024})
+    out: dict = {}
+
+    def run() -> None:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out["result"] = Trainer(cfg, tmp_path / "run").fit()
+        out["warnings"] = [str(w.message) for w in caught]
+
+    t = threading.Thread(target=run)
+    t.start()
+    wait_until(lambda: latest_checkpoint(tmp_path / "run"), timeout=300, what="a first checkpoint")
+    (pid,) = [a["Pid"] for a in actors().values() if a["State"] == "ALIVE" and "LearnerProcess" in a["ActorClassName"]]
+    os.kill(pid, signal.SIGKILL)
+    t.join(600)
+    assert any("learner 0 died" in w and "restoring" in w for w in out["warnings"]), out["warnings"]
+    assert out["result"].env_steps == 8192
+    import json
+
+    steps = [json.loads(x)["env_steps"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [x for x in steps if x <= 1024] == list(range(128, 1025, 128)), steps  # not replayed from zero
+
+
+def test_a_killed_store_worker_is_restarted_and_the_run_goes_on_with_the_version_republished(ray_local):
+    import os
+    import signal
+
+    cfg = tiny_config(parallelism={"actor": 2}, train={"total_env_steps": 2560})
+    with RoleSession(cfg, Cluster()) as roles:
+        loop = OnPolicyLoop(cfg, roles, 0, 0)
+        (pid,) = roles.fleet.pids()
+        results = []
+        for it in loop:
+            results.append(it)
+            if it.iteration == 3:
+                os.kill(pid, signal.SIGKILL)
+        restarts, (new_pid,) = roles.fleet.restarts(), roles.fleet.pids()
+        latest = roles.store.latest_version("policy")
+    assert restarts == [1] and new_pid != pid  # the node's worker came back, on the same address
+    assert [sum(i["env_steps"] for i in it.infos) for it in results] == [256] * 10
+    # The restarted worker holds the newest version: the learner reconnected and published on
+    # (actors that met it empty had the current version republished: stats["republished"]).
+    assert latest == 10
