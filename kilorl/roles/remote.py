@@ -3,6 +3,10 @@
 Ray pickles a class by reference, so the driver only needs the shell; the heavy role
 (torch, gymnasium, the algorithm) is imported inside the role's own process, in
 parallel with every other role's start (docs/architecture.md, "Distributed engine").
+
+With ``monitor=MonitorSpec(...)`` a shell also reports the role's metrics
+(:mod:`kilorl.roles.monitoring`), by composition: the role gets a measuring wrapper
+around its parameter store, the shell reports what the role returns.
 """
 
 from __future__ import annotations
@@ -15,16 +19,25 @@ from kilorl.core import Actor, Learner, Rollout, RolloutInfo
 class ActorProcess(Actor):
     """A ``RolloutWorker`` built in the Ray actor's process."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, cfg: Any, store: Any, index: int, *args: Any, monitor: Any = None, **kwargs: Any) -> None:
         from kilorl.roles.actor import RolloutWorker
 
-        self._role = RolloutWorker(*args, **kwargs)
+        self._report = None
+        if monitor is not None:
+            from kilorl.roles.monitoring import ActorReporting
+
+            self._report = ActorReporting(monitor, index, store)
+            store = self._report.store
+        self._role = RolloutWorker(cfg, store, index, *args, **kwargs)
 
     def ready(self) -> int:
         return self._role.ready()
 
     def collect(self, min_version: int) -> tuple[Rollout, RolloutInfo]:
-        return self._role.collect(min_version)
+        rollout, info = self._role.collect(min_version)
+        if self._report is not None:
+            self._report.rollout(info)
+        return rollout, info
 
     def pid(self) -> int:
         import os
@@ -67,6 +80,7 @@ class LearnerProcess(Learner):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._args, self._kwargs = args, kwargs
         self._role: Any = None
+        self._report: Any = None
 
     def rendezvous(self) -> tuple[str, int]:
         return rendezvous_here()
@@ -74,7 +88,15 @@ class LearnerProcess(Learner):
     def start(self, master: tuple[str, int] | None = None) -> None:
         from kilorl.roles.learner import LearnerRole
 
-        self._role = LearnerRole(*self._args, **{**self._kwargs, "master": master})
+        args, kwargs = list(self._args), {**self._kwargs, "master": master}
+        monitor = kwargs.pop("monitor", None)
+        if monitor is not None:
+            from kilorl.roles.monitoring import LearnerReporting
+
+            rank = args[2] if len(args) > 2 else kwargs.get("rank", 0)
+            self._report = LearnerReporting(monitor, rank, args[1])
+            args[1] = self._report.store
+        self._role = LearnerRole(*args, **kwargs)
 
     def node_id(self) -> str:
         import ray
@@ -85,7 +107,10 @@ class LearnerProcess(Learner):
         self._role.publish(version)
 
     def update(self, version: int, env_steps_total: int, *rollouts: Rollout) -> dict[str, float]:
-        return self._role.update(version, env_steps_total, *rollouts)
+        stats = self._role.update(version, env_steps_total, *rollouts)
+        if self._report is not None:
+            self._report.update(stats)
+        return stats
 
     def state(self) -> dict[str, Any]:
         return self._role.state()
