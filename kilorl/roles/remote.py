@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from kilorl.core import Actor, Learner, Rollout, RolloutInfo
+from kilorl.roles.rollout_transport import RolloutHandle
 
 
 class ActorProcess(Actor):
@@ -19,12 +20,19 @@ class ActorProcess(Actor):
         from kilorl.roles.actor import RolloutWorker
 
         self._role = RolloutWorker(*args, **kwargs)
+        self._writer: Any = None
+        if self._role.cfg.store.transport == "store":
+            from kilorl.roles.rollout_transport import StoreRolloutWriter, store_client_of
+
+            self._writer = StoreRolloutWriter(store_client_of(self._role.store), self._role.index)
 
     def ready(self) -> int:
         return self._role.ready()
 
-    def collect(self, min_version: int) -> tuple[Rollout, RolloutInfo]:
-        return self._role.collect(min_version)
+    def collect(self, min_version: int) -> tuple[Rollout | RolloutHandle, RolloutInfo]:
+        """The rollout itself (``store.transport: ray``) or a handle to its store object."""
+        rollout, info = self._role.collect(min_version)
+        return (rollout if self._writer is None else self._writer.put(rollout)), info
 
     def pid(self) -> int:
         import os
@@ -75,6 +83,14 @@ class LearnerProcess(Learner):
         from kilorl.roles.learner import LearnerRole
 
         self._role = LearnerRole(*self._args, **{**self._kwargs, "master": master})
+        self._reader: Any = None
+        if self._role_cfg().store.transport == "store":
+            from kilorl.roles.rollout_transport import StoreRolloutReader, store_client_of
+
+            self._reader = StoreRolloutReader(store_client_of(self._role.store))
+
+    def _role_cfg(self) -> Any:
+        return self._args[0] if self._args else self._kwargs["cfg"]
 
     def node_id(self) -> str:
         import ray
@@ -84,8 +100,19 @@ class LearnerProcess(Learner):
     def publish(self, version: int) -> None:
         self._role.publish(version)
 
-    def update(self, version: int, env_steps_total: int, *rollouts: Rollout) -> dict[str, float]:
-        return self._role.update(version, env_steps_total, *rollouts)
+    def update(self, version: int, env_steps_total: int, *rollouts: Rollout | RolloutHandle) -> dict[str, float]:
+        """Train on the rollouts; handles are read from the store and their keys deleted after."""
+        handles = [r for r in rollouts if isinstance(r, RolloutHandle)]
+        if not handles:
+            return self._role.update(version, env_steps_total, *rollouts)
+        if self._reader is None:
+            raise RuntimeError("store.transport: this learner got rollout handles but was started with ray")
+        try:
+            got = [self._reader.get(r) if isinstance(r, RolloutHandle) else r for r in rollouts]
+            stats = self._role.update(version, env_steps_total, *got)
+        finally:
+            self._reader.release(handles)
+        return {**stats, **self._reader.take_stats()}
 
     def state(self) -> dict[str, Any]:
         return self._role.state()
