@@ -76,8 +76,9 @@ def test_an_unknown_transport_is_refused_naming_the_field():
         tiny_config(store={"transport": "grpc"})
 
 
-def test_a_run_with_store_transport_trains_and_leaves_no_rollout_keys(ray_local, store_worker, tmp_path):
-    cfg = tiny_config(parallelism={"actor": 2}, train={"total_env_steps": 2048, "pipeline_depth": 1},
+@pytest.mark.parametrize("learners", [1, 2])
+def test_a_run_with_store_transport_trains_and_leaves_no_rollout_keys(ray_local, store_worker, tmp_path, learners):
+    cfg = tiny_config(parallelism={"actor": 2, "learner": learners}, train={"total_env_steps": 2048, "pipeline_depth": 1},
                       store={"address": store_worker.address, "token": store_worker.token, "transport": "store"})
     result = Trainer(cfg, tmp_path / "run").fit()
     assert result.env_steps == 2048
