@@ -20,6 +20,7 @@ from kilorl.algos.registry import names as algo_names
 from kilorl.comm.config import CompressionConfig
 from kilorl.config_scale import StoreSection, SyncSection
 from kilorl.config_section import Section as _Section
+from kilorl.monitor.settings import MonitorConfig
 
 
 class ConfigError(ValueError):
@@ -163,6 +164,8 @@ class Config(_Section):
     """The store workers that hold the parameters (started per Ray node, or given)."""
     sync: SyncSection = Field(default_factory=SyncSection)
     """How actors follow parameter versions (sync, async, hybrid) and their durability."""
+    monitor: MonitorConfig = Field(default_factory=MonitorConfig)
+    """Prometheus metrics from every role and memory-leak detection (docs/monitor.md); off by default."""
 
     @model_validator(mode="before")
     @classmethod

@@ -74,3 +74,16 @@ def fake_rollout(seed: int, T: int = 32, N: int = 4, obs_dim: int = 4, with_mome
     }
     moments = {"obs": [Moments.of(obs, (obs_dim,))]} if with_moments else {}
     return Rollout(steps=steps, last={"values": np.zeros(N, np.float32)}, moments=moments)
+
+
+@pytest.fixture
+def store_worker(tmp_path):
+    """A real store worker process (``kilorl store start``), killed at teardown even on failure."""
+    from tests.store.store_helpers import WorkerProcess
+
+    w = WorkerProcess(tmp_path, "--shm-size", "256MiB", name="worker").start()
+    yield w
+    if w.alive():
+        w.proc.kill()
+        w.proc.wait(10)
+    w.remove_arena()

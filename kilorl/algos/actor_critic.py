@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from kilorl.algos import keys
-from kilorl.core import GradientSync, Rollout, StepRecorder
+from kilorl.core import AlgorithmLearner, GradientSync, Rollout, StepRecorder
 from kilorl.envs.normalization import Moments, RunningMeanStd
 from kilorl.models import build_actor_critic
 
@@ -152,6 +152,24 @@ class ActorCriticState:
 def explained_variance(returns: np.ndarray, values: np.ndarray) -> float:
     var_y = float(np.var(returns))
     return float("nan") if var_y == 0 else 1.0 - float(np.var(returns - values)) / var_y
+
+
+class ActorCriticLearner(AlgorithmLearner):
+    """An ``AlgorithmLearner`` whose model, optimizer and normalizers live in ``self.ac``."""
+
+    ac: ActorCriticState
+
+    def warm_up(self) -> None:
+        self.ac.warm_up()
+
+    def weights(self) -> dict[str, np.ndarray]:
+        return self.ac.weights()
+
+    def state(self) -> dict[str, Any]:
+        return self.ac.state()
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.ac.load_state(state)
 
 
 class ValueRecorder(StepRecorder):

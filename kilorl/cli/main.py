@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("kilorl.cli.plan", "placement dry-run of a config on a described cluster"),
     "cluster": ("kilorl.cli.cluster", "describe a cluster: nodes, devices, links, placed roles"),
     "sched": ("kilorl.cli.sched", "scheduler tools (trace-driven simulation)"),
+    "top": ("kilorl.cli.top", "live view of a run's roles: throughput and memory trends"),
 }
 
 

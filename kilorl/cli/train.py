@@ -21,15 +21,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", metavar="HOST:PORT",
                    help="use this running store worker for the parameters (default: one per Ray node, started)")
     p.add_argument("--store-token", help="token of the --store worker (default $KILORL_STORE_TOKEN)")
+    p.add_argument("--backend", default="auto",
+                   help="learners' communication backend: auto (default), gloo, nccl or a registered plugin")
 
 
 def run(args: argparse.Namespace) -> int:
     from kilorl.config import load_config
-    from kilorl.trainer import Cluster, Trainer
+    from kilorl.trainer import Cluster, ClusterError, StartupError, Trainer
 
     overrides = list(args.override) + ([f"train.seed={args.seed}"] if args.seed is not None else [])
-    cluster = Cluster(address=args.address)
     try:
+        cluster = Cluster(address=args.address, communication_backend=args.backend)
         if args.resume:
             if args.config:
                 print("error: give either CONFIG or --resume RUN_DIR, not both", file=sys.stderr)
@@ -40,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
                 print("error: CONFIG is required (or --resume RUN_DIR)", file=sys.stderr)
                 return 2
             trainer = Trainer(load_config(args.config, overrides), args.run_dir, cluster)
-    except (ConfigError, FileNotFoundError) as err:
+    except (ConfigError, ClusterError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     warnings.showwarning = _plain_warning
@@ -48,7 +50,14 @@ def run(args: argparse.Namespace) -> int:
         trainer.cfg.store.address = args.store
     if args.store_token:  # kept out of the run's config.yaml: the driver hands it to the roles
         os.environ["KILORL_STORE_TOKEN"] = args.store_token
-    result = trainer.fit()
+    try:
+        result = trainer.fit()
+    except ClusterError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except StartupError as err:
+        print(f"error: {err} (every role this run started was stopped)", file=sys.stderr)
+        return 1
     ret = "n/a" if result.episode_return_mean is None else f"{result.episode_return_mean:.1f}"
     print(f"done: {result.env_steps} env steps in {result.wall_time:.1f}s (startup {result.startup_s:.1f}s), "
           f"return (last {trainer.cfg.logging.return_window} episodes) {ret}")

@@ -3,6 +3,10 @@
 Ray pickles a class by reference, so the driver only needs the shell; the heavy role
 (torch, gymnasium, the algorithm) is imported inside the role's own process, in
 parallel with every other role's start (docs/architecture.md, "Distributed engine").
+
+With ``monitor=MonitorSpec(...)`` a shell also reports the role's metrics
+(:mod:`kilorl.roles.monitoring`), by composition: the role gets a measuring wrapper
+around its parameter store, the shell reports what the role returns.
 """
 
 from __future__ import annotations
@@ -16,15 +20,21 @@ from kilorl.roles.rollout_transport import RolloutHandle
 class ActorProcess(Actor):
     """A ``RolloutWorker`` built in the Ray actor's process."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, cfg: Any, store: Any, index: int, *args: Any, monitor: Any = None, **kwargs: Any) -> None:
         from kilorl.roles.actor import RolloutWorker
 
-        self._role = RolloutWorker(*args, **kwargs)
+        self._report = None
         self._writer: Any = None
-        if self._role.cfg.store.transport == "store":
+        if cfg.store.transport == "store":
             from kilorl.roles.rollout_transport import StoreRolloutWriter, store_client_of
 
-            self._writer = StoreRolloutWriter(store_client_of(self._role.store), self._role.index)
+            self._writer = StoreRolloutWriter(store_client_of(store), index)  # the unwrapped store's client
+        if monitor is not None:
+            from kilorl.roles.monitoring import ActorReporting
+
+            self._report = ActorReporting(monitor, index, store)
+            store = self._report.store
+        self._role = RolloutWorker(cfg, store, index, *args, **kwargs)
 
     def ready(self) -> int:
         return self._role.ready()
@@ -32,6 +42,8 @@ class ActorProcess(Actor):
     def collect(self, min_version: int) -> tuple[Rollout | RolloutHandle, RolloutInfo]:
         """The rollout itself (``store.transport: ray``) or a handle to its store object."""
         rollout, info = self._role.collect(min_version)
+        if self._report is not None:
+            self._report.rollout(info)
         return (rollout if self._writer is None else self._writer.put(rollout)), info
 
     def pid(self) -> int:
@@ -75,6 +87,7 @@ class LearnerProcess(Learner):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._args, self._kwargs = args, kwargs
         self._role: Any = None
+        self._report: Any = None
 
     def rendezvous(self) -> tuple[str, int]:
         return rendezvous_here()
@@ -82,15 +95,20 @@ class LearnerProcess(Learner):
     def start(self, master: tuple[str, int] | None = None) -> None:
         from kilorl.roles.learner import LearnerRole
 
-        self._role = LearnerRole(*self._args, **{**self._kwargs, "master": master})
+        args, kwargs = list(self._args), {**self._kwargs, "master": master}
+        monitor = kwargs.pop("monitor", None)
         self._reader: Any = None
-        if self._role_cfg().store.transport == "store":
+        if args[0].store.transport == "store":
             from kilorl.roles.rollout_transport import StoreRolloutReader, store_client_of
 
-            self._reader = StoreRolloutReader(store_client_of(self._role.store))
+            self._reader = StoreRolloutReader(store_client_of(args[1]))  # before any measuring wrapper
+        if monitor is not None:
+            from kilorl.roles.monitoring import LearnerReporting
 
-    def _role_cfg(self) -> Any:
-        return self._args[0] if self._args else self._kwargs["cfg"]
+            rank = args[2] if len(args) > 2 else kwargs.get("rank", 0)
+            self._report = LearnerReporting(monitor, rank, args[1])
+            args[1] = self._report.store
+        self._role = LearnerRole(*args, **kwargs)
 
     def node_id(self) -> str:
         import ray
@@ -103,16 +121,19 @@ class LearnerProcess(Learner):
     def update(self, version: int, env_steps_total: int, *rollouts: Rollout | RolloutHandle) -> dict[str, float]:
         """Train on the rollouts; handles are read from the store and their keys deleted after."""
         handles = [r for r in rollouts if isinstance(r, RolloutHandle)]
-        if not handles:
-            return self._role.update(version, env_steps_total, *rollouts)
-        if self._reader is None:
+        if handles and self._reader is None:
             raise RuntimeError("store.transport: this learner got rollout handles but was started with ray")
         try:
             got = [self._reader.get(r) if isinstance(r, RolloutHandle) else r for r in rollouts]
             stats = self._role.update(version, env_steps_total, *got)
         finally:
-            self._reader.release(handles)
-        return {**stats, **self._reader.take_stats()}
+            if handles:
+                self._reader.release(handles)
+        if handles:
+            stats = {**stats, **self._reader.take_stats()}
+        if self._report is not None:
+            self._report.update(stats)
+        return stats
 
     def state(self) -> dict[str, Any]:
         return self._role.state()

@@ -94,9 +94,15 @@ class StaleCopy(StoreError):
     code = "stale"
 
 
+class KeyExists(StoreError):
+    """A set-if-absent found the key already stored (the worker answers ``stored: False``)."""
+
+    code = "exists"
+
+
 _BY_CODE = {cls.code: cls for cls in (StoreError, KeyNotFound, StoreFullError, InvalidRequest, AuthError,
                                       ProtocolError, StoreTimeout, VersionGone, ConfigError, ObjectLost,
-                                      WorkerLeaving, StaleCopy)}
+                                      WorkerLeaving, StaleCopy, KeyExists)}
 
 
 def error_from_code(code: str, message: str) -> StoreError:

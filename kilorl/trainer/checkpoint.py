@@ -7,7 +7,7 @@ resolved config). Written to a temporary directory and renamed, so a crash mid-w
 never leaves a half checkpoint that ``latest_checkpoint`` would pick up.
 
 torch and safetensors are imported when first needed (the driver of a run does not need
-torch to start; ``preload`` imports them in the background once the roles are up).
+torch to start; ``kilorl.trainer.preload`` imports them in the background once the roles are up).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,13 +50,6 @@ def _unflatten_optimizer(tensors: dict[str, torch.Tensor], structure: dict[str, 
     for idx, extra in structure.get("scalars", {}).items():
         state.setdefault(int(idx), {}).update(extra)
     return {"state": state, "param_groups": structure["param_groups"]}
-
-
-def preload() -> threading.Thread:
-    """Import torch and safetensors in a background thread (joined implicitly by the next import)."""
-    thread = threading.Thread(target=lambda: __import__("safetensors.torch"), name="kilorl-preload", daemon=True)
-    thread.start()
-    return thread
 
 
 def save_checkpoint(run_dir: Path, learner_state: dict[str, Any], meta: dict[str, Any], keep: int = 3) -> Path:

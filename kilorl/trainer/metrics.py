@@ -25,6 +25,9 @@ class _TensorBoardThread:
         self._thread.start()
 
     def _run(self, log_dir: Path) -> None:
+        from kilorl.trainer import preload
+
+        preload.wait()  # torch must not be imported from two threads at once
         from torch.utils.tensorboard import SummaryWriter
 
         writer = SummaryWriter(log_dir=str(log_dir))

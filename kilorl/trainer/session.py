@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from kilorl.config import Config
 from kilorl.trainer.cluster import Cluster
 
 if TYPE_CHECKING:
+    from kilorl.trainer.monitoring import SessionMonitor
     from kilorl.trainer.store_fleet import StoreFleet
 
 
@@ -52,6 +54,10 @@ class RoleSession:
     """Learner state to resume from (a checkpoint), or None for a fresh start."""
     iteration: int = 0
     """First version to publish (the resumed iteration)."""
+    run_dir: Path | None = None
+    """The run's directory (the monitor keeps its targets file there)."""
+    monitor: SessionMonitor | None = None
+    """Node exporters and discovery when ``monitor.prometheus.enabled`` (kilorl.trainer.monitoring)."""
     store: Any = None
     learners: list[Any] = field(default_factory=list)
     actors: list[Any] = field(default_factory=list)
@@ -84,18 +90,25 @@ class RoleSession:
         self._started_ray = self.cluster.connect(num_cpus_needed=par.actor + par.learner)
         t1 = time.perf_counter()
         self.times.ray_s = t1 - t0
+        if cfg.monitor.prometheus.enabled:  # imported only then: prometheus_client stays out of plain runs
+            from kilorl.trainer.monitoring import start_monitoring
+
+            self.monitor = start_monitoring(self.run_dir, cfg.monitor)
+            self.monitor.start()
+        report = {"monitor": self.monitor.spec} if self.monitor is not None else {}
         self.fleet = self._store_fleet()
         self.store = parameter_store(cfg, self.fleet)
         backend = self.cluster.backend_for(cfg.train.device)
         learner_cls = ray.remote(num_cpus=1, num_gpus=1 if cfg.train.device == "cuda" else 0)(LearnerProcess)
         for r in range(par.learner):
-            self.learners.append(learner_cls.remote(cfg, self.store, r, par.learner, backend, state=self.state))
+            self.learners.append(learner_cls.remote(cfg, self.store, r, par.learner, backend, state=self.state,
+                                                    **report))
         # No task retries inside Ray: the loop re-collects a lost rollout itself, and counts it.
         actor_cls = ray.remote(num_cpus=1, max_restarts=ACTOR_MAX_RESTARTS, max_task_retries=0)(ActorProcess)
         # Fresh seeds after a resume, so a continued run does not replay the same episodes.
         for i in range(par.actor):
             seed = cfg.train.seed * 10_007 + i * 101 + self.iteration * 7_919
-            self.actors.append(actor_cls.remote(cfg, self.store, i, seed=seed))
+            self.actors.append(actor_cls.remote(cfg, self.store, i, seed=seed, **report))
         # Rank 0 names the rendezvous on its own node; every rank then builds its role.
         master = ray.get(self.learners[0].rendezvous.remote()) if par.learner > 1 else None
         starts = [h.start.remote(master) for h in self.learners]
@@ -144,8 +157,11 @@ class RoleSession:
                     pass
             if self.fleet is not None:
                 self.fleet.close()
-            if self._started_ray:
-                ray.shutdown()
+        if self.monitor is not None:
+            self.monitor.close()
+            self.monitor = None
+        if self._started_ray and ray.is_initialized():
+            ray.shutdown()
         self.actors, self.learners, self.store, self.fleet = [], [], None, None
         self._started_ray = False
 

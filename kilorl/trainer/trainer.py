@@ -122,7 +122,8 @@ class Trainer:
 
     def _session(self, state: dict | None, meta: dict, t_start: float) -> TrainResult:
         """One set of roles from ``state`` to the end of the run (or a lost learner)."""
-        from kilorl.trainer.checkpoint import Checkpointer, preload
+        from kilorl.trainer import preload
+        from kilorl.trainer.checkpoint import Checkpointer
         from kilorl.trainer.loop import OnPolicyLoop
         from kilorl.trainer.metrics import MetricsWriter
         from kilorl.trainer.reporting import Reporter
@@ -130,9 +131,12 @@ class Trainer:
 
         cfg = self.cfg
         env_steps, iteration = int(meta.get("env_steps", 0)), int(meta.get("iteration", 0))
-        with RoleSession(cfg, self.cluster, state, iteration, l2_dir=str(self.run_dir.resolve() / "store-l2")) as roles:
+        with RoleSession(cfg, self.cluster, state, iteration, l2_dir=str(self.run_dir.resolve() / "store-l2"),
+                         run_dir=self.run_dir) as roles:
             startup_s = time.time() - t_start
-            preload()  # torch for checkpoints, imported while the first rollouts run
+            if roles.monitor is not None:
+                print(roles.monitor.describe(), flush=True)
+            preload.start()  # torch for checkpoints, imported while the first rollouts run
             ckpt = Checkpointer(self.run_dir, cfg.checkpoint.every_env_steps, cfg.checkpoint.keep,
                                 cfg.model_dump(mode="json"), env_steps)
             metrics = MetricsWriter(self.run_dir, cfg.train.total_env_steps, cfg.logging.tensorboard, cfg.logging.progress)
@@ -149,14 +153,20 @@ class Trainer:
         """The training step: iterate the data path, report, checkpoint when due and at the end."""
         import ray
 
+        from kilorl.trainer import preload
+
+        def save() -> None:
+            preload.wait()  # unpickling the state imports torch: never alongside the background import
+            ckpt.save(ray.get(roles.learners[0].state.remote()), reporter.checkpoint_meta(env_steps, iteration))
+
         env_steps, iteration = loop.env_steps, loop.iteration
         for it in loop:
             env_steps, iteration = it.env_steps, it.iteration
             solved = reporter.observe(it)
             if ckpt.due(env_steps):
-                ckpt.save(ray.get(roles.learners[0].state.remote()), reporter.checkpoint_meta(env_steps, iteration))
+                save()
             if solved:
                 break
         if ckpt.last_steps != env_steps:  # the final state, unless it was just saved
-            ckpt.save(ray.get(roles.learners[0].state.remote()), reporter.checkpoint_meta(env_steps, iteration))
+            save()
         return env_steps, iteration

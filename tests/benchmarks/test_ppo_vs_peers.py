@@ -63,7 +63,9 @@ def test_kilorl_threshold_needs_a_full_window(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("rc", "timed_out", "reason"), [(0, False, "step_limit"), (-2, True, "budget"), (1, False, "crashed")])
-def test_kilorl_run_that_never_reaches_is_a_failure_with_its_reason(tmp_path: Path, rc: int, timed_out: bool, reason: str) -> None:
+def test_kilorl_run_that_never_reaches_is_a_failure_with_its_reason(
+    tmp_path: Path, rc: int, timed_out: bool, reason: str
+) -> None:
     _write_metrics(tmp_path, [_row(1024, 200.0, 30, 2.0, 12.0)])
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "stderr.log").write_text("Traceback\nValueError: boom\n")
@@ -91,8 +93,8 @@ def test_failures_count_as_infinitely_slow_in_medians() -> None:
     assert s["ratio"]["time_incl_startup"] == pytest.approx(20.0 / 9.0)
     assert s["ratio"]["env_steps"] == pytest.approx(50_000 / 40_000)
 
-    mostly_failed = pvp.summarize([R("kiloRL", "cartpole", i, False, "budget") for i in range(2)]
-                                  + [R("SB3", "cartpole", 1, True, "threshold", time_s=5.0, time_incl_startup_s=6.0, env_steps=1)])
+    sb3_ok = R("SB3", "cartpole", 1, True, "threshold", time_s=5.0, time_incl_startup_s=6.0, env_steps=1)
+    mostly_failed = pvp.summarize([R("kiloRL", "cartpole", i, False, "budget") for i in range(2)] + [sb3_ok])
     assert math.isinf(mostly_failed["kiloRL"].median_time_s) and mostly_failed["ratio"]["time"] is None
     assert mostly_failed["ratio_bound"]["time"] is None  # no kiloRL success: nothing to bound with
     assert s["ratio_bound"] == {"time": None, "time_incl_startup": None, "env_steps": None}  # both medians known
@@ -111,8 +113,9 @@ def test_an_unreached_median_still_bounds_the_ratio() -> None:
     assert s["ratio"]["time"] is None
     assert s["ratio_bound"]["time"] == "<= 0.0607" and s["ratio_bound"]["env_steps"] == "<= 0.376"
     assert "| **ratio kiloRL/SB3** | | **<= 0.0607** |" in pvp.markdown(pvp.ENVS["lunarlander"], kilo + sb3, s, 900)
-    mirrored = pvp.summarize([R("kiloRL", r.env, r.seed, r.reached, r.stop_reason, time_s=r.time_s, env_steps=r.env_steps) for r in sb3]
-                             + [R("SB3", r.env, r.seed, True, "threshold", time_s=r.time_s, env_steps=r.env_steps) for r in kilo])
+    swapped = [R("kiloRL", r.env, r.seed, r.reached, r.stop_reason, time_s=r.time_s, env_steps=r.env_steps) for r in sb3]
+    swapped += [R("SB3", r.env, r.seed, True, "threshold", time_s=r.time_s, env_steps=r.env_steps) for r in kilo]
+    mirrored = pvp.summarize(swapped)
     assert mirrored["ratio_bound"]["time"] == f">= {614.6 / 37.3:.3g}"
 
 

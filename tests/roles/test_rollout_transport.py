@@ -10,17 +10,6 @@ from kilorl.roles.rollout_transport import ROLLOUT_PREFIX, StoreRolloutReader, S
 from kilorl.trainer import Trainer
 from kilorl.trainer.metrics import read_metrics
 from tests.conftest import fake_rollout, tiny_config
-from tests.store.store_helpers import WorkerProcess
-
-
-@pytest.fixture
-def store_worker(tmp_path):
-    w = WorkerProcess(tmp_path, "--shm-size", "64MiB", name="rollouts").start()
-    yield w
-    if w.alive():
-        w.proc.kill()
-        w.proc.wait(10)
-    w.remove_arena()
 
 
 def _assert_same(got, sent) -> None:

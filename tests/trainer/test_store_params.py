@@ -12,27 +12,17 @@ import pytest
 from kilorl.params.store_backed import layout_key, shard_key
 from kilorl.trainer import Trainer
 from tests.conftest import tiny_config
-from tests.store.store_helpers import WorkerProcess, wait_until
+from tests.store.store_helpers import wait_until
 
 
-@pytest.fixture
-def given_worker(tmp_path):
-    w = WorkerProcess(tmp_path, "--shm-size", "64MiB", name="given").start()
-    yield w
-    if w.alive():
-        w.proc.kill()
-        w.proc.wait(10)
-    w.remove_arena()
-
-
-def test_a_run_keeps_its_parameter_shards_in_the_given_store_worker_while_it_trains(ray_local, given_worker, tmp_path):
+def test_a_run_keeps_its_parameter_shards_in_the_given_store_worker_while_it_trains(ray_local, store_worker, tmp_path):
     cfg = tiny_config(parallelism={"actor": 2, "parameter_server": 2}, train={"total_env_steps": 4096},
-                      store={"address": given_worker.address, "token": given_worker.token})
+                      store={"address": store_worker.address, "token": store_worker.token})
     result: dict = {}
     run = threading.Thread(target=lambda: result.update(r=Trainer(cfg, tmp_path / "run").fit()))
     run.start()
     seen: dict[int, list[str]] = {}
-    with given_worker.client() as c:
+    with store_worker.client() as c:
         while run.is_alive() and len(seen) < 3:
             v = c.latest_version(layout_key("policy"))
             if v is not None and v not in seen:
@@ -45,7 +35,7 @@ def test_a_run_keeps_its_parameter_shards_in_the_given_store_worker_while_it_tra
     names = next(iter(seen.values()))
     assert any(n.startswith("model/policy_head") for n in names) and any(n.startswith("obs_rms/") for n in names)
     assert result["r"].env_steps == 4096
-    assert given_worker.alive()  # a given worker is the user's: the run does not stop it
+    assert store_worker.alive()  # a given worker is the user's: the run does not stop it
 
 
 def test_the_run_starts_one_store_worker_per_node_and_stops_it(ray_local):

@@ -7,16 +7,15 @@ trainer and roles with no change to either.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
-import numpy as np
 import torch
 
 from kilorl.algos import keys
-from kilorl.algos.actor_critic import ActorCriticState, adam, explained_variance
+from kilorl.algos.actor_critic import ActorCriticLearner, ActorCriticState, adam, explained_variance
 from kilorl.algos.gae import compute_gae
-from kilorl.core import AlgorithmLearner, GradientSync, Rollout
+from kilorl.core import GradientSync, Rollout
 
 if TYPE_CHECKING:
     from kilorl.config import Config
@@ -27,7 +26,7 @@ def rmsprop(params: list[torch.nn.Parameter], lr: float) -> torch.optim.Optimize
     return torch.optim.RMSprop(params, lr=lr, alpha=0.99, eps=1e-5)
 
 
-class A2CLearner(AlgorithmLearner):
+class A2CLearner(ActorCriticLearner):
     """Policy loss -A log pi(a|s), value loss (V - R)^2, entropy bonus; one step per rollout."""
 
     def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, grad_sync: GradientSync) -> None:
@@ -69,15 +68,3 @@ class A2CLearner(AlgorithmLearner):
         ac.updates += 1
         return {**totals, "lr": lr, "grad_norm": float(grad_norm),
                 "explained_variance": explained_variance(ret, steps[keys.VALUES])}
-
-    def warm_up(self) -> None:
-        self.ac.warm_up()
-
-    def weights(self) -> dict[str, np.ndarray]:
-        return self.ac.weights()
-
-    def state(self) -> dict[str, Any]:
-        return self.ac.state()
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        self.ac.load_state(state)

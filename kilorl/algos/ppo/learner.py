@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
-import numpy as np
 import torch
 
 from kilorl.algos import keys
-from kilorl.algos.actor_critic import ActorCriticState, explained_variance
+from kilorl.algos.actor_critic import ActorCriticLearner, ActorCriticState, explained_variance
 from kilorl.algos.gae import compute_gae
 from kilorl.algos.ppo.loss import ppo_loss
-from kilorl.core import AlgorithmLearner, GradientSync, Rollout
+from kilorl.core import GradientSync, Rollout
 
 if TYPE_CHECKING:
     from kilorl.config import Config
@@ -21,7 +20,7 @@ if TYPE_CHECKING:
 _STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 
 
-class PPOLearner(AlgorithmLearner):
+class PPOLearner(ActorCriticLearner):
     """With several learners each rank holds a shard of the batch; ``grad_sync`` averages
     gradients (and the early-stopping KL) so every rank takes the identical step."""
 
@@ -92,15 +91,3 @@ class PPOLearner(AlgorithmLearner):
             for k, v in zip(_STATS, (loss.policy, loss.value, loss.entropy, loss.approx_kl, loss.clip_fraction)):
                 stats[k].append(v.detach())
             epoch_kl.append(loss.approx_kl)
-
-    def warm_up(self) -> None:
-        self.ac.warm_up()
-
-    def weights(self) -> dict[str, np.ndarray]:
-        return self.ac.weights()
-
-    def state(self) -> dict[str, Any]:
-        return self.ac.state()
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        self.ac.load_state(state)

@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import collections
 import ctypes
-import enum
 import os
 import socket
 import threading
 import time
 import weakref
 from collections.abc import Iterable
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
+from kilorl.store.client.streams import Consumer, Producer
+from kilorl.store.client.types import Versioned, WriteMode, resolve_token
 from kilorl.store.errors import (
     ConnectionLost,
     InvalidRequest,
@@ -32,45 +32,8 @@ from kilorl.store.errors import (
     error_from_code,
 )
 from kilorl.store.wire import codec as serialization
-from kilorl.store.wire.protocol import FramedSocket, host_identity, is_loopback, parse_address
-from kilorl.store.wire.rundir import default_run_dir
+from kilorl.store.wire.protocol import FramedSocket, host_identity, parse_address
 from kilorl.store.wire.shm import Arena
-
-
-class WriteMode(enum.Enum):
-    """Durability of a ``set``."""
-
-    NONE_L2 = "none"
-    """Memory tiers only."""
-    WRITE_THROUGH_L2 = "through"
-    """Written and fsynced to the worker's L2 directory before ``set`` returns."""
-    WRITE_BACK_L2 = "back"
-    """Acknowledged at once, flushed to L2 by a bounded queue (and on clean shutdown)."""
-
-
-class Versioned(NamedTuple):
-    version: int
-    value: Any
-
-
-class StreamMessage(NamedTuple):
-    id: int
-    value: Any
-    deliveries: int
-
-
-def _resolve_token(token: str | None, host: str, port: int, run_dir: str | None) -> str | None:
-    if token:
-        return token
-    if os.environ.get("KILORL_STORE_TOKEN"):
-        return os.environ["KILORL_STORE_TOKEN"]
-    if is_loopback(host) or run_dir:
-        path = Path(run_dir) if run_dir else default_run_dir(port)
-        try:
-            return (path / "token").read_text().strip()
-        except OSError:
-            return None
-    return None
 
 
 class StoreClient:
@@ -96,7 +59,7 @@ class StoreClient:
         """(Re)connects to ``address``; leases of an earlier connection are forgotten (they
         died with it), its arena mapping stays alive as long as views of it exist."""
         host, port = parse_address(address)
-        token = _resolve_token(self._token_arg, host, port, self._run_dir)
+        token = resolve_token(self._token_arg, host, port, self._run_dir)
         self._token = token
         sock = socket.create_connection((host, port), timeout=self._connect_timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -229,10 +192,26 @@ class StoreClient:
 
     # -- KV ------------------------------------------------------------------------------
     def set(self, key: str, value: Any, write_mode: WriteMode = WriteMode.NONE_L2, ttl: float | None = None,
-            tier: str | None = None, pin: bool = False) -> None:
-        """Stores ``value`` (bytes, str, ndarray, tensor, dict of them) under ``key``."""
+            tier: str | None = None, pin: bool = False, if_absent: bool = False) -> bool:
+        """Stores ``value`` (bytes, str, ndarray, tensor, dict of them) under ``key``.
+
+        ``if_absent``: only if the key does not exist yet, decided atomically by the worker
+        (on a mesh by the key's ring owner): of concurrent writers exactly one stores.
+        Returns whether the value was stored (always True without ``if_absent``)."""
         fields = {"key": key, "mode": WriteMode(write_mode).value, "ttl": ttl, "tier": tier, "pin": pin}
-        self._retrying(lambda: self._write(dict(fields), value))
+        if if_absent:
+            fields["nx"] = True
+        resp = self._retrying(lambda: self._write(dict(fields), value))
+        return bool(resp.get("stored", True))
+
+    def incr(self, key: str, delta: int = 1) -> int:
+        """Adds ``delta`` to the integer counter ``key`` (absent: 0) atomically in the worker
+        (on a mesh on the key's ring owner) and returns the new value. The counter is stored
+        as decimal bytes: ``get`` returns e.g. ``b"42"``. A retry after a lost connection
+        may apply ``delta`` twice."""
+        if isinstance(delta, bool) or not isinstance(delta, int):
+            raise InvalidRequest(f"delta: expected an int, got {type(delta).__name__}")
+        return int(self._retrying(lambda: self._call({"op": "incr", "key": key, "delta": delta}))[0]["value"])
 
     def get(self, key: str, timeout: float | None = None) -> Any:
         """The value of ``key``; local large values are read-only zero-copy views.
@@ -288,7 +267,15 @@ class StoreClient:
         return self._retrying(lambda: self._call({"op": "delete", "keys": list(keys)}))[0]["n"]
 
     def exists(self, key: str) -> bool:
-        return bool(self._retrying(lambda: self._call({"op": "exists", "keys": [key]}))[0]["found"][0])
+        return self.exists_many([key])[0]
+
+    def exists_many(self, keys: list[str]) -> list[bool]:
+        """Whether each of ``keys`` exists (anywhere on a mesh), in order, in one request."""
+        keys = list(keys)
+        if not all(isinstance(k, str) for k in keys):
+            raise InvalidRequest("keys: every key must be a string")
+        found = self._retrying(lambda: self._call({"op": "exists", "keys": keys}))[0]["found"]
+        return [bool(f) for f in found]
 
     def expire(self, key: str, ttl: float | None) -> bool:
         """Sets (or with ``None`` clears) a key's time to live; False if the key is absent."""
@@ -368,10 +355,10 @@ class StoreClient:
 
     # -- streams -------------------------------------------------------------------------
     def producer(self, stream: str, capacity: int | None = None) -> Producer:
-        return Producer(self, stream, capacity)
+        return Producer(self._call, self._check_size, stream, capacity)
 
     def consumer(self, stream: str, group: str) -> Consumer:
-        return Consumer(self, stream, group)
+        return Consumer(self._call, stream, group)
 
     def close(self) -> None:
         self._fs.close()
@@ -383,35 +370,3 @@ class StoreClient:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-class Producer:
-    """Sends messages to a stream; ``send`` blocks while the stream is full."""
-
-    def __init__(self, client: StoreClient, stream: str, capacity: int | None):
-        self.client, self.stream, self.capacity = client, stream, capacity
-
-    def send(self, value: Any, timeout: float | None = None) -> int:
-        enc = serialization.encode(value)
-        self.client._check_size(enc.nbytes)
-        resp, _ = self.client._call({"op": "xsend", "stream": self.stream, "meta": enc.meta, "timeout": timeout,
-                                     "capacity": self.capacity}, enc.buffers())
-        return resp["id"]
-
-
-class Consumer:
-    """Receives from a stream within a consumer group; unacked messages are redelivered."""
-
-    def __init__(self, client: StoreClient, stream: str, group: str):
-        self.client, self.stream, self.group = client, stream, group
-
-    def receive(self, timeout: float | None = None) -> StreamMessage | None:
-        resp, payload = self.client._call({"op": "xrecv", "stream": self.stream, "group": self.group,
-                                           "timeout": timeout})
-        if resp["id"] is None:
-            return None
-        value = serialization.decode(resp["meta"], payload if payload is not None else memoryview(b""))
-        return StreamMessage(resp["id"], value, resp["deliveries"])
-
-    def ack(self, *ids: int) -> int:
-        return self.client._call({"op": "xack", "stream": self.stream, "group": self.group, "ids": list(ids)})[0]["n"]

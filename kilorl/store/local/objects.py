@@ -4,7 +4,8 @@ All state is guarded by one lock; callers do socket and fsync I/O outside it, ho
 region reference so the bytes cannot be freed underneath. A ``Region`` of the arena is
 reference counted: the table holds one reference, every lease / in-flight send / queued
 write-back holds another, and the memory returns to the allocator only at zero. That is
-what lets a writer replace a key while readers keep using the old bytes.
+what lets a writer replace a key while readers keep using the old bytes. The records
+(``Region``, ``Obj``, ``ReadHandle``) are in entries.py.
 """
 
 from __future__ import annotations
@@ -13,62 +14,17 @@ import itertools
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
-from kilorl.store.errors import InvalidRequest, KeyNotFound, StoreError, StoreFullError, StoreTimeout
+from kilorl.store.errors import InvalidRequest, KeyExists, KeyNotFound, StoreError, StoreFullError, StoreTimeout
 from kilorl.store.local import tiering
 from kilorl.store.local.arena import Allocator
 from kilorl.store.local.config import ResolvedConfig
+from kilorl.store.local.entries import Obj, ReadHandle, Region
 from kilorl.store.local.l2 import L2Entry, L2Store
 from kilorl.store.wire.shm import Arena
 
 log = logging.getLogger("kilorl.store.local.objects")
-
-
-@dataclass(eq=False)
-class Region:
-    """A block of the arena; freed when ``refs`` drops to zero."""
-
-    offset: int
-    size: int
-    refs: int = 1
-
-
-@dataclass(eq=False)
-class Obj:
-    """One stored object and its location in exactly one tier (or only in L2)."""
-
-    key: str
-    gen: int
-    meta: dict[str, Any]
-    size: int
-    preferred: str
-    expires_at: float | None = None
-    tier: str | None = None
-    region: Region | None = None
-    disk_path: str | None = None
-    tensor: Any = None
-    l2_mode: str | None = None  # "through" | "back" | None
-    l2_durable: bool = False
-    l2_path: str | None = None
-    l2_offset: int = 0
-    pinned: bool = False
-    promoting: bool = False
-    heat: float = 0.0
-    last_access: float = field(default_factory=time.monotonic)
-
-
-@dataclass
-class ReadHandle:
-    """What a reader gets: a referenced arena region, or bytes copied from another tier."""
-
-    meta: dict[str, Any]
-    size: int
-    tier: str
-    region: Region | None = None
-    data: memoryview | None = None
-    tensor: Any = None
 
 
 class ObjectStore:
@@ -243,10 +199,15 @@ class ObjectStore:
                                  f"(available: {sorted(self.available)})")
 
     def put(self, key: str, meta: dict[str, Any], size: int, data: Region | bytearray, *, tier: str | None,
-            ttl: float | None, l2_mode: str | None, pin: bool) -> tuple[Obj, Obj | None]:
-        """Stores an object (taking ownership of ``data``); returns (new, replaced)."""
+            ttl: float | None, l2_mode: str | None, pin: bool, if_absent: bool = False) -> tuple[Obj, Obj | None]:
+        """Stores an object (taking ownership of ``data``); returns (new, replaced).
+
+        ``if_absent``: raise ``KeyExists`` instead if a live object holds ``key`` (decided
+        under the table lock, so of concurrent set-if-absent writers exactly one stores)."""
         with self.lock:
             try:
+                if if_absent and self.live(key) is not None:
+                    raise KeyExists(f"key {key!r} already exists")
                 self.check_tier(tier)
                 pref = tiering.preferred_tier(key, tier, self.rc.spec.tier_rules, self.available)
                 obj = Obj(key, next(self._gens), meta, size, pref, pinned=pin, l2_mode=l2_mode,
@@ -386,10 +347,7 @@ class ObjectStore:
             L2Store.read_into(l2_path, l2_offset, target)
 
     def _read_cold(self, obj: Obj, target: memoryview) -> None:
-        if obj.tier == "disk":
-            self.disk.read_into(obj.disk_path, target)
-        else:
-            L2Store.read_into(obj.l2_path, obj.l2_offset, target)
+        self._read_file((obj.tier, obj.disk_path, obj.l2_path, obj.l2_offset), target)
 
     def _promote(self, obj: Obj, target: str) -> None:
         heat = tiering.decayed(obj)

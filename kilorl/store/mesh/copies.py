@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kilorl.store.errors import StaleCopy
-from kilorl.store.local.objects import ObjectStore, Region
+from kilorl.store.local.entries import Region
+from kilorl.store.local.objects import ObjectStore
 
 
 @dataclass

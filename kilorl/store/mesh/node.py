@@ -21,16 +21,18 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from kilorl.store.errors import (
     ConfigError,
+    ConnectionLost,
     StoreError,
     WorkerLeaving,
 )
-from kilorl.store.local.objects import ReadHandle, Region
+from kilorl.store.local.entries import ReadHandle, Region
 from kilorl.store.mesh.copies import LocalCopies
 from kilorl.store.mesh.links import MeshLinks
 from kilorl.store.mesh.membership import Membership
@@ -45,7 +47,7 @@ from kilorl.store.metastore.remote import RemoteMetastore
 from kilorl.store.server.router import Router
 from kilorl.store.server.version_book import VersionBook
 from kilorl.store.server.worker import Worker
-from kilorl.store.wire.peers import PeerPool
+from kilorl.store.wire.peers import PeerPool, PeerUnreachable
 
 log = logging.getLogger("kilorl.store.mesh.node")
 
@@ -215,19 +217,40 @@ class MeshNode(Router):
             self._writes -= 1
             self._writes_cond.notify_all()
 
-    def announce(self, key: str) -> None:
-        """Registers the local object under ``key`` with its owner; drops a stale L2 file."""
+    def announce(self, key: str, if_absent: bool = False) -> bool:
+        """Registers the local object under ``key`` with its owner; drops a stale L2 file.
+        ``if_absent``: the owner refuses when it has a record of the key (returns False)."""
         with self.w.store.lock:
             obj = self.w.store.objects.get(key)
             if obj is None:
-                return
+                return not if_absent
             fields = {"key": key, "holder": self.id, "size": obj.size, "meta": obj.meta,
                       "mode": obj.l2_mode or "none", "tier": obj.tier or "l2"}
             gen = obj.gen
-        resp = self.meta_call(key, {"op": "c.meta_put", **fields})
+        resp = self.meta_call(key, {"op": "c.meta_put", **fields, **({"nx": True} if if_absent else {})})
+        if resp.get("exists"):
+            return False
         self.copies.register(key, resp["ver"], gen, primary=True)
         if resp.get("prev_l2") and fields["mode"] == "none" and self.w.store.l2 is not None:
             self.w.store.l2.delete(key)
+        return True
+
+    def forward_atomic(self, key: str, header: dict[str, Any]) -> dict[str, Any] | None:
+        """Sends a read-modify-write op to the key's ring owner (None: this worker owns it,
+        or the sender already forwarded it here), retrying while the ring settles."""
+        if header.get("fwd"):
+            return None
+        deadline = time.monotonic() + self.cfg.get_timeout
+        while True:
+            owner = self.preference(key)[0]
+            if owner == self.id:
+                return None
+            try:
+                return self.pool.call(self.address_of(owner), {**header, "fwd": True})
+            except (ConnectionLost, WorkerLeaving, PeerUnreachable):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def meta_call(self, key: str, header: dict[str, Any], deadline: float | None = None) -> dict[str, Any]:
         return self.links.meta_call(key, header, deadline)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kilorl.store.errors import StoreError, WorkerLeaving
-from kilorl.store.local.objects import Region
+from kilorl.store.local.entries import Region
 from kilorl.store.mesh import transfer
 from kilorl.store.mesh.records import MetaRecord, merge, new_version, pack_records, unpack_records
 from kilorl.store.server.request import Reply, arg
@@ -60,6 +60,8 @@ def meta_put(node: MeshNode, h: dict[str, Any], _payload: Any) -> dict[str, Any]
                 rec.copies.setdefault(holder, 0)
             else:
                 rec = MetaRecord(key, handoff_ver, holder, size, meta, mode, tier, {holder: 0})
+        elif h.get("nx") and rec is not None and not rec.lost:  # set-if-absent: the owner's record decides
+            return {"ver": rec.ver, "exists": True}
         else:
             ver = new_version(max(rec.ver if rec else 0, node.copies.floor.get(key, 0)))
             if rec is not None:

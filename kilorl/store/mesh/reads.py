@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kilorl.store.errors import ConnectionLost, InvalidRequest, KeyNotFound, ObjectLost, StaleCopy, StoreError
-from kilorl.store.local.objects import ObjectStore, ReadHandle, Region
+from kilorl.store.local.entries import ReadHandle, Region
+from kilorl.store.local.objects import ObjectStore
 from kilorl.store.mesh import transfer
 from kilorl.store.mesh.copies import LocalCopies
 from kilorl.store.mesh.links import MeshLinks

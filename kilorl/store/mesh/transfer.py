@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kilorl.store.errors import StaleCopy, StoreError
+from kilorl.store.local.entries import Region
 from kilorl.store.local.l2 import L2Store
-from kilorl.store.local.objects import ObjectStore, Region
+from kilorl.store.local.objects import ObjectStore
 from kilorl.store.mesh.copies import LocalCopies
 from kilorl.store.wire.peers import PeerPool
 

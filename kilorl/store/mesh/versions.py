@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kilorl.store.errors import InvalidRequest, KeyNotFound, StoreError, StoreTimeout, VersionGone
-from kilorl.store.local.objects import ReadHandle
+from kilorl.store.local.entries import ReadHandle
 from kilorl.store.local.versions import version_key
 from kilorl.store.mesh.ops import replicate
 from kilorl.store.mesh.records import L2_HOLDER, MetaRecord, new_version

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kilorl.store.errors import InvalidRequest, KeyNotFound, ObjectLost
-from kilorl.store.local.objects import ReadHandle
+from kilorl.store.local.entries import ReadHandle
 from kilorl.store.server.request import OpTable, Reply, arg, user_key
 from kilorl.store.wire import codec
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kilorl.store.local.objects import ReadHandle
+from kilorl.store.local.entries import ReadHandle
 from kilorl.store.server.version_book import VersionBook
 
 
@@ -23,8 +23,17 @@ class Router:
     def end_write(self) -> None:
         """After the write of ``begin_write`` finished or failed."""
 
-    def announce(self, key: str) -> None:
-        """A user key was stored locally: make it the current value everywhere."""
+    def announce(self, key: str, if_absent: bool = False) -> bool:
+        """A user key was stored locally: make it the current value everywhere.
+
+        ``if_absent``: only if no other value of the key exists anywhere (a set-if-absent
+        that won locally); False means another one did, and the local value must go."""
+        return True
+
+    def forward_atomic(self, key: str, header: dict[str, Any]) -> dict[str, Any] | None:
+        """Runs a read-modify-write op (``incr``) on the worker that decides for ``key`` and
+        returns its reply; None: that is this worker (the op runs here)."""
+        return None
 
     def ensure_local(self, key: str, timeout: float | None) -> bool:
         """Makes ``key`` readable from the local store if it exists anywhere.

@@ -9,7 +9,7 @@ worker alone: its ``VersionTable``. A multi-node router returns its own book fro
 from __future__ import annotations
 
 from kilorl.store.errors import InvalidRequest
-from kilorl.store.local.objects import ReadHandle
+from kilorl.store.local.entries import ReadHandle
 from kilorl.store.local.versions import VersionTable, parse_version_key
 
 

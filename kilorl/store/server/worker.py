@@ -25,8 +25,9 @@ from typing import Any
 
 from kilorl.store.errors import AuthError, ConfigError, InvalidRequest, ProtocolError, StoreError
 from kilorl.store.local.config import ResolvedConfig
+from kilorl.store.local.entries import Region
 from kilorl.store.local.keyspace import KeySpace
-from kilorl.store.local.objects import ObjectStore, Region
+from kilorl.store.local.objects import ObjectStore
 from kilorl.store.local.streams import StreamTable
 from kilorl.store.local.versions import HIDDEN, VersionTable
 from kilorl.store.server.request import Handler
@@ -88,6 +89,8 @@ class Worker:
         self.router: Router = Router()  # a worker alone; a multi-node layer sets its own
         self.local_book = LocalVersionBook(self.versions)
         self._stopping = threading.Event()
+        self.rmw_lock = threading.Lock()
+        """Orders this worker's read-modify-write ops (``incr``, server/counters.py)."""
         self.connections: dict[int, Connection] = {}
         self._conn_ids = itertools.count(1)
         self._stop = threading.Event()

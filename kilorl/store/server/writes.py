@@ -1,6 +1,10 @@
 """Write ops: ``set`` (payload over the socket), ``alloc``/``commit``/``abort`` (local clients
 write into the arena themselves). User-key writes run between the router's begin/end hooks
 and are announced to it once stored; versions of a published name take their own path.
+
+``nx`` (set-if-absent) is decided under the object table's lock on this worker, then by the
+router (on a mesh: the key's ring owner, whose record decides) before the value is made
+durable in L2; a loser's bytes are dropped and the reply says ``stored: False``.
 """
 
 from __future__ import annotations
@@ -8,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kilorl.store.errors import InvalidRequest
-from kilorl.store.local.objects import Region
+from kilorl.store.errors import InvalidRequest, KeyExists
+from kilorl.store.local.entries import Region
 from kilorl.store.local.versions import version_key
 from kilorl.store.server.request import OpTable, Reply, arg, ttl_field, user_key
 
@@ -20,7 +24,7 @@ OPS = OpTable()
 WRITE_MODES = {"none": None, "through": "through", "back": "back"}
 
 
-def _write_fields(w: Worker, header: dict[str, Any]) -> dict[str, Any]:
+def write_fields(w: Worker, header: dict[str, Any]) -> dict[str, Any]:
     mode_name = arg(header, "mode", str, "none")
     if mode_name not in WRITE_MODES:
         raise InvalidRequest(f"mode: must be one of {sorted(WRITE_MODES)}, got {mode_name!r}")
@@ -38,15 +42,26 @@ def _write_fields(w: Worker, header: dict[str, Any]) -> dict[str, Any]:
         if ver[1] is not None and ver[1] < 0:
             raise InvalidRequest(f"version: must be a non-negative int, got {ver[1]!r}")
         ver = [ver[0], w.version_book().reserve(ver[0], ver[1])]
+    nx = arg(header, "nx", bool, False)
+    if nx and ver is not None:
+        raise InvalidRequest("nx: set-if-absent applies to keys, not to versions of a published name")
     meta = arg(header, "meta", dict)
     return {"meta": meta, "mode": mode, "ttl": ttl_field(header), "tier": tier, "pin": bool(header.get("pin")),
-            "ver": ver}
+            "ver": ver, "nx": nx}
 
 
-def _finish_put(w: Worker, key: str, size: int, data: Region | bytearray, f: dict[str, Any]) -> Reply:
+def finish_put(w: Worker, key: str, size: int, data: Region | bytearray, f: dict[str, Any]) -> Reply:
+    """Stores ``data`` (owned from here on) under ``key`` with the fields of ``write_fields``."""
     if f["ver"] is not None:
         key = version_key(*f["ver"])
-    obj, old = w.store.put(key, f["meta"], size, data, tier=f["tier"], ttl=f["ttl"], l2_mode=f["mode"], pin=f["pin"])
+    try:
+        obj, old = w.store.put(key, f["meta"], size, data, tier=f["tier"], ttl=f["ttl"], l2_mode=f["mode"],
+                               pin=f["pin"], if_absent=f.get("nx", False))
+    except KeyExists:
+        return Reply({"stored": False})
+    if f.get("nx") and not w.router.announce(key, if_absent=True):  # another worker's value came first
+        w.store.delete_generation(key, obj.gen)
+        return Reply({"stored": False})
     l2 = w.store.l2
     if old is not None and old.l2_mode and not f["mode"]:
         w.delete_l2([(key, old.l2_mode)])
@@ -70,7 +85,7 @@ def _finish_put(w: Worker, key: str, size: int, data: Region | bytearray, f: dic
 
         l2.enqueue_write(key, obj.gen, obj.meta, size, obj.expires_at, src, done)
     if f["ver"] is None:
-        return Reply({"gen": obj.gen})
+        return Reply({"gen": obj.gen, "stored": True})
     try:
         reclaim = w.version_book().commit(f["ver"][0], f["ver"][1], key)
     except BaseException:
@@ -82,14 +97,16 @@ def _finish_put(w: Worker, key: str, size: int, data: Region | bytearray, f: dic
     return Reply({"gen": obj.gen, "version": f["ver"][1]})
 
 
-def _routed_write(w: Worker, key: str, write: Callable[[], Reply]) -> Reply:
-    """A user-key write between the router's begin/end, announced when it succeeded."""
+def routed_write(w: Worker, key: str, write: Callable[[], Reply], announced: bool = False) -> Reply:
+    """A user-key write between the router's begin/end, announced when it stored the value
+    (``announced``: a set-if-absent, which ``finish_put`` announced already)."""
     if not key:  # a version of a published name: its own path
         return write()
     w.router.begin_write()
     try:
         reply = write()
-        w.router.announce(key)
+        if reply.header.get("stored") and not announced:
+            w.router.announce(key)
         return reply
     finally:
         w.router.end_write()
@@ -100,7 +117,7 @@ def set_(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     key = user_key(h) if h.get("ver") is None else ""
 
     def write() -> Reply:
-        f = _write_fields(w, h)
+        f = write_fields(w, h)
         size = conn.fs.pending_payload
         data = w.store.stage(size, f["tier"])
         try:
@@ -109,8 +126,8 @@ def set_(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
             if isinstance(data, Region):
                 w.store.release([data])
             raise
-        return _finish_put(w, key, size, data, f)
-    return _routed_write(w, key, write)
+        return finish_put(w, key, size, data, f)
+    return routed_write(w, key, write, announced=h.get("nx") is True)
 
 
 @OPS.op("alloc")
@@ -135,13 +152,13 @@ def commit(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
 
     def write() -> Reply:
         try:
-            f = _write_fields(w, h)
+            f = write_fields(w, h)
         except BaseException:
             w.store.release([conn.allocs.pop(ticket)])
             raise
         region = conn.allocs.pop(ticket)
-        return _finish_put(w, key, region.size, region, f)
-    return _routed_write(w, key, write)
+        return finish_put(w, key, region.size, region, f)
+    return routed_write(w, key, write, announced=h.get("nx") is True)
 
 
 @OPS.op("abort")

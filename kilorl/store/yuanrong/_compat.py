@@ -2,8 +2,7 @@
 
 ``read_range`` reads a byte range of one value with ``StoreClient.get_range`` (a zero-copy
 view of only the range; from a remote holder only those bytes move). ``exists_many`` asks
-for many keys in one request through the worker's multi-key ``exists`` op, which the public
-client does not expose yet; if the wire shape changes it falls back to one request per key.
+for many keys in one request (``StoreClient.exists_many``).
 """
 
 from __future__ import annotations
@@ -44,12 +43,6 @@ def read_range(store: StoreClient, key: str, offset: int, length: int) -> memory
 
 
 def exists_many(store: StoreClient, keys: list[str]) -> list[bool]:
-    """Existence of each key, in one request where possible."""
-    call = getattr(store, "_call", None)
+    """Existence of each key, in one request."""
     with translated():
-        if call is not None:
-            try:
-                return [bool(f) for f in call({"op": "exists", "keys": list(keys)})[0]["found"]]
-            except (KeyError, TypeError):
-                pass  # the wire shape changed: fall back to the public per-key call
-        return [store.exists(k) for k in keys]
+        return store.exists_many(keys)

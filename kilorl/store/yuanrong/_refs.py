@@ -2,10 +2,10 @@
 
 openYuanrong deletes an object when its global reference count falls back to zero, and a
 parent published with ``nested_object_keys`` keeps its children alive. Both are records
-under reserved keys (``__yr__/gref/<key>``, ``__yr__/nest/<key>``, ``__yr__/nestedby/<key>``)
-updated by read-modify-write: exact for one client at a time; concurrent updates of the
-same key from several clients can lose an update (an atomic ``incr`` op in the worker
-would make them exact).
+under reserved keys (``__yr__/gref/<key>``, ``__yr__/nest/<key>``, ``__yr__/nestedby/<key>``).
+Counts use the worker's atomic ``incr`` (exact under concurrent clients; a count record
+stays at 0 rather than being deleted, so a racing increment is never lost). The nesting
+lists are still read-modify-write: exact for one client at a time.
 """
 
 from __future__ import annotations
@@ -37,6 +37,15 @@ def _put_list(store: StoreClient, key: str, items: list[str]) -> None:
         store.delete(key)
 
 
+def add_floored(store: StoreClient, key: str, delta: int) -> tuple[int, int]:
+    """(old, new) of an atomic ``incr`` of ``key`` that never leaves it below zero: the part
+    of a decrement that went below zero is given back (exact under concurrent callers)."""
+    raw = store.incr(key, delta)
+    if raw < 0:
+        store.incr(key, min(-raw, -delta))
+    return max(0, raw - delta), max(0, raw)
+
+
 class RefTable:
     """Reference counts and nesting for one worker connection."""
 
@@ -45,18 +54,12 @@ class RefTable:
 
     def count(self, key: str) -> int:
         with translated():
-            return _get_int(self.store, f"{PREFIX}gref/{key}")
+            return max(0, _get_int(self.store, f"{PREFIX}gref/{key}"))
 
     def add(self, key: str, delta: int) -> int:
         """Adds ``delta`` (never below zero); at zero the object goes unless a parent holds it."""
         with translated():
-            rkey = f"{PREFIX}gref/{key}"
-            old = _get_int(self.store, rkey)
-            new = max(0, old + delta)
-            if new:
-                self.store.set(rkey, str(new).encode())
-            else:
-                self.store.delete(rkey)
+            old, new = add_floored(self.store, f"{PREFIX}gref/{key}", delta)
             if old > 0 and new == 0 and not _get_list(self.store, f"{PREFIX}nestedby/{key}"):
                 self.drop(key)
             return new
@@ -76,7 +79,7 @@ class RefTable:
         """Deletes ``key`` and, recursively, children nobody references any more."""
         with translated():
             children = _get_list(self.store, f"{PREFIX}nest/{key}")
-            self.store.delete(key, f"{PREFIX}nest/{key}")
+            self.store.delete(key, f"{PREFIX}nest/{key}", f"{PREFIX}gref/{key}")
             for child in children:
                 parents = [p for p in _get_list(self.store, f"{PREFIX}nestedby/{child}") if p != key]
                 _put_list(self.store, f"{PREFIX}nestedby/{child}", parents)

@@ -142,15 +142,14 @@ class HeteroClient(Connected):
         mode = native_mode(param.write_mode)
         Validator.check_args_types([["ttl_second", param.ttl_second, int], ["existence", param.existence, ExistenceOpt]])
         Validator.check_uint32("ttl_second", param.ttl_second)
-        skip = exists_many(self.store, keys) if param.existence is ExistenceOpt.NX else [False] * len(keys)
+        nx = param.existence is ExistenceOpt.NX  # the worker's set-if-absent: exact under races
         failed = []
-        for key, bl, present in zip(keys, blob_lists, skip):
-            if present:
-                failed.append(key)
-                continue
+        for key, bl in zip(keys, blob_lists):
             value = blob_codec.pack(bl.views())
             with translated():
-                self.store.set(key, value, write_mode=mode, ttl=param.ttl_second or None, tier=tier)
+                if not self.store.set(key, value, write_mode=mode, ttl=param.ttl_second or None, tier=tier,
+                                      if_absent=nx):
+                    failed.append(key)
         return failed
 
     def mset_d2h(self, keys: list[str], data_blob_list: list[DeviceBlobList], set_param: SetParam | None = None) -> None:

@@ -192,33 +192,36 @@ class KVClient(Connected):
              ttl_second: int = 0, existence_opt: ExistenceOpt = ExistenceOpt.NONE) -> list[str]:
         """Sets every key; with ``NX`` keys that already exist are skipped and returned.
 
-        NX is checked then set (one request for the check), not atomic against a concurrent
-        writer of the same key.
+        NX is the worker's set-if-absent (``StoreClient.set(if_absent=True)``): of concurrent
+        writers of one key exactly one stores, the others get the key back as failed.
         """
         values = self._prepare_mset(keys, vals, existence_opt)
         mode, ttl = self._write_args(write_mode, ttl_second)
-        failed: list[str] = []
-        skip = exists_many(self.store, keys) if existence_opt is ExistenceOpt.NX else [False] * len(keys)
+        nx = existence_opt is ExistenceOpt.NX
         with translated():
-            for key, value, present in zip(keys, values, skip):
-                if present:
-                    failed.append(key)
-                else:
-                    self.store.set(key, value, write_mode=mode, ttl=ttl)
-        return failed
+            return [key for key, value in zip(keys, values)
+                    if not self.store.set(key, value, write_mode=mode, ttl=ttl, if_absent=nx)]
 
     def msettx(self, keys: list[str], vals: list[Any], write_mode: WriteMode = WriteMode.NONE_L2_CACHE,
                ttl_second: int = 0, existence_opt: ExistenceOpt = ExistenceOpt.NONE) -> None:
-        """All or nothing: with ``NX``, if any key exists nothing is written (``RuntimeError``)."""
+        """All or nothing: with ``NX``, if any key exists nothing is written (``RuntimeError``).
+
+        Each key is set-if-absent in the worker; when one loses, the keys this call stored
+        are deleted again, so no concurrent writer's value is ever overwritten (a reader may
+        briefly see a key of a call that then rolls back).
+        """
         values = self._prepare_mset(keys, vals, existence_opt)
         mode, ttl = self._write_args(write_mode, ttl_second)
-        if existence_opt is ExistenceOpt.NX:
-            present = [k for k, e in zip(keys, exists_many(self.store, keys)) if e]
-            if present:
-                raise DsRuntimeError(f"code: [K_OC_KEY_ALREADY_EXIST], msg: [keys already exist: {present[:8]}]")
+        nx = existence_opt is ExistenceOpt.NX
+        stored: list[str] = []
         with translated():
             for key, value in zip(keys, values):
-                self.store.set(key, value, write_mode=mode, ttl=ttl)
+                if self.store.set(key, value, write_mode=mode, ttl=ttl, if_absent=nx):
+                    stored.append(key)
+                    continue
+                if stored:
+                    self.store.delete(*stored)
+                raise DsRuntimeError(f"code: [K_OC_KEY_ALREADY_EXIST], msg: [keys already exist: [{key!r}]]")
 
     def mcreate(self, keys: list[str], sizes: list[int], write_mode: WriteMode = WriteMode.NONE_L2_CACHE,
                 ttl_second: int = 0) -> list[StateValueBuffer]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from kilorl.store.client import StoreClient
 from kilorl.store.yuanrong._base import Connected
-from kilorl.store.yuanrong._refs import PREFIX
+from kilorl.store.yuanrong._refs import PREFIX, add_floored
 from kilorl.store.yuanrong.errors import DsRuntimeError, DsTypeError, DsUnsupported, invalid, translated
 from kilorl.store.yuanrong.util import Validator
 
@@ -37,16 +37,12 @@ class SubconfigType(enum.Enum):
 
 def _read_int(store: StoreClient, key: str) -> int:
     value = store.mget([key])[0]
-    return int(bytes(value).decode()) if value is not None else 0
+    return max(0, int(bytes(value).decode())) if value is not None else 0
 
 
 def _add(store: StoreClient, key: str, delta: int) -> int:
-    new = max(0, _read_int(store, key) + delta)
-    if new:
-        store.set(key, str(new).encode())
-    else:
-        store.delete(key)
-    return new
+    """Atomic in the worker (``StoreClient.incr``), never below zero."""
+    return add_floored(store, key, delta)[1]
 
 
 class _Records:
@@ -254,7 +250,7 @@ class StreamClient(Connected):
             stale = r.store.keys(r.base)
             if stale:
                 r.store.delete(*stale)
-            r.store.set(f"{PREFIX}stream/{stream_name}/gen", str(r.gen + 1).encode())
+            r.store.incr(f"{PREFIX}stream/{stream_name}/gen", 1)
 
     def query_global_producer_num(self, stream_name: str) -> int:
         """Workers with at least one open producer of the stream (openYuanrong counts per node)."""
