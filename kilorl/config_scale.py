@@ -29,6 +29,10 @@ class StoreSection(Section):
     keep_versions: int = Field(default=4, ge=2)
     """Parameter versions each worker keeps per shard (older ones are reclaimed once no
     reader holds them); at least ``train.pipeline_depth + 2`` is a sensible floor."""
+    transport: Literal["ray", "store"] = "ray"
+    """How rollouts travel actor -> learner. ``ray``: returned through Ray's object store.
+    ``store``: written as one object on the actor's node worker; the learner reads it
+    (zero-copy on its node, through the mesh from another) and deletes it after its update."""
 
 
 class SyncSection(Section):

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from kilorl.core import Actor, Learner, Rollout, RolloutInfo
+from kilorl.roles.rollout_transport import RolloutHandle
 
 
 class ActorProcess(Actor):
@@ -23,6 +24,11 @@ class ActorProcess(Actor):
         from kilorl.roles.actor import RolloutWorker
 
         self._report = None
+        self._writer: Any = None
+        if cfg.store.transport == "store":
+            from kilorl.roles.rollout_transport import StoreRolloutWriter, store_client_of
+
+            self._writer = StoreRolloutWriter(store_client_of(store), index)  # the unwrapped store's client
         if monitor is not None:
             from kilorl.roles.monitoring import ActorReporting
 
@@ -33,11 +39,12 @@ class ActorProcess(Actor):
     def ready(self) -> int:
         return self._role.ready()
 
-    def collect(self, min_version: int) -> tuple[Rollout, RolloutInfo]:
+    def collect(self, min_version: int) -> tuple[Rollout | RolloutHandle, RolloutInfo]:
+        """The rollout itself (``store.transport: ray``) or a handle to its store object."""
         rollout, info = self._role.collect(min_version)
         if self._report is not None:
             self._report.rollout(info)
-        return rollout, info
+        return (rollout if self._writer is None else self._writer.put(rollout)), info
 
     def pid(self) -> int:
         import os
@@ -90,6 +97,11 @@ class LearnerProcess(Learner):
 
         args, kwargs = list(self._args), {**self._kwargs, "master": master}
         monitor = kwargs.pop("monitor", None)
+        self._reader: Any = None
+        if args[0].store.transport == "store":
+            from kilorl.roles.rollout_transport import StoreRolloutReader, store_client_of
+
+            self._reader = StoreRolloutReader(store_client_of(args[1]))  # before any measuring wrapper
         if monitor is not None:
             from kilorl.roles.monitoring import LearnerReporting
 
@@ -106,8 +118,19 @@ class LearnerProcess(Learner):
     def publish(self, version: int) -> None:
         self._role.publish(version)
 
-    def update(self, version: int, env_steps_total: int, *rollouts: Rollout) -> dict[str, float]:
-        stats = self._role.update(version, env_steps_total, *rollouts)
+    def update(self, version: int, env_steps_total: int, *rollouts: Rollout | RolloutHandle) -> dict[str, float]:
+        """Train on the rollouts; handles are read from the store and their keys deleted after."""
+        handles = [r for r in rollouts if isinstance(r, RolloutHandle)]
+        if handles and self._reader is None:
+            raise RuntimeError("store.transport: this learner got rollout handles but was started with ray")
+        try:
+            got = [self._reader.get(r) if isinstance(r, RolloutHandle) else r for r in rollouts]
+            stats = self._role.update(version, env_steps_total, *got)
+        finally:
+            if handles:
+                self._reader.release(handles)
+        if handles:
+            stats = {**stats, **self._reader.take_stats()}
         if self._report is not None:
             self._report.update(stats)
         return stats
