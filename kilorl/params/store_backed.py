@@ -159,11 +159,14 @@ class StoreParameterStore:
         from kilorl.store import VersionGone
 
         for attempt in range(self.retries + 1):
-            v, writer = self.layout(name, version)
-            plan = plan_read(writer, _reader_layout(layout))
             try:
+                v, writer = self.layout(name, version)
+                plan = plan_read(writer, _reader_layout(layout))
                 segments = self._segments(name, v, writer, plan)
             except VersionGone:
+                if self.client.latest_version(layout_key(name)) is None:
+                    # the worker restarted empty between our wait and this read: someone must republish
+                    raise ParametersLost(f"{name}: the store worker restarted without the parameters") from None
                 if version is not None or attempt == self.retries:
                     raise
                 time.sleep(0)  # a newer version replaced it: read that one

@@ -140,3 +140,25 @@ def test_after_a_worker_restart_readers_get_parameters_lost_and_writers_reconnec
         again.proc.wait(10)
         again.remove_arena()
         first.remove_arena()
+
+
+def test_a_reader_whose_worker_restarts_between_wait_and_fetch_gets_parameters_lost(tmp_path):
+    """The race of the store-worker fault test: the wait saw the version, the read finds nothing."""
+    from kilorl.params.reconnect import ParametersLost
+    from tests.store.store_helpers import WorkerProcess
+
+    first = WorkerProcess(tmp_path, "--shm-size", "64MiB", name="before").start()
+    port = first.port
+    writer, reader = StoreParameterStore(first.client, 2), StoreParameterStore(first.client, 2)
+    writer.publish("policy", 1, params(1))
+    assert reader.wait("policy", 1, timeout=10) == 1
+    first.kill9()
+    again = WorkerProcess(tmp_path, "--shm-size", "64MiB", "--port", str(port), name="after").start()
+    try:
+        with pytest.raises(ParametersLost, match="restarted without the parameters"):
+            reader.fetch("policy")  # not VersionGone: the loop republishes on ParametersLost
+        with pytest.raises(ParametersLost):
+            reader.fetch("policy", version=1)
+    finally:
+        again.proc.kill()
+        again.proc.wait(10)
