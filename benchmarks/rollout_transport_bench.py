@@ -120,7 +120,7 @@ def handoff(nodes: int, samples: int) -> dict[str, dict[str, float]]:
                     assert shape == [T, N, *obs], shape
                     if s >= 2:
                         lat[transport].append(latency * 1e3)
-            left = fleet.connector.every_node()[0]().keys("rollout/")
+            left = fleet.connector().keys("rollout/")
             assert not left, f"rollout keys left: {left}"
             out[name] = {f"{t}_p50_ms": statistics.median(v) for t, v in lat.items()}
             out[name]["ray_over_store"] = out[name]["ray_p50_ms"] / out[name]["store_p50_ms"]

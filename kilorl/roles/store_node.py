@@ -4,6 +4,8 @@ The actor starts ``kilorl store start --foreground`` as a child process and stop
 the run ends. The child is tied to the actor's life (``PR_SET_PDEATHSIG``): if the actor
 is killed (``ray.kill``, ``kill -9``, its raylet dying), the kernel kills the worker too,
 so a run never leaves a store worker behind (docs/architecture.md, "Distributed engine").
+On a machine where the run starts Ray itself, the driver starts its node's worker directly
+(``WorkerProcess``) before Ray, so the worker comes up while Ray does.
 
 ``NodeConnector`` is what roles get instead of an address: called inside a role's process
 it connects to the worker of the role's own node, so parameter reads are node-local
@@ -46,33 +48,52 @@ def worker_command(host: str, run_dir: Path, token: str, shm_size: str, keep_ver
     return cmd + (["--join", join] if join else ["--head"])
 
 
-class StoreNode:
-    """A store worker on this actor's node. ``address()`` once it serves; ``stop()`` ends it."""
+def read_info(path: Path) -> dict[str, Any] | None:
+    """A worker's info file (``pid``, ``host``, ``port``, ...), or None while not completely written."""
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
 
-    def __init__(self, token: str, shm_size: str, keep_versions: int, join: str | None, cluster_name: str,
-                 l2_dir: str | None = None, start_timeout: float = 60.0) -> None:
-        import ray
 
-        self.node_id = ray.get_runtime_context().get_node_id()
-        self.host = ray.util.get_node_ip_address()
+class WorkerProcess:
+    """A ``kilorl store start --foreground`` child, killed by the kernel when the thread that
+    started it ends (start it from a thread that lives as long as the run).
+
+    A worker that dies (kill -9, OOM) is restarted on the same port, so clients reconnect to
+    the same address; its memory tiers start empty (durable objects come back from L2).
+    """
+
+    def __init__(self, host: str, token: str, shm_size: str, keep_versions: int, join: str | None,
+                 cluster_name: str, l2_dir: str | None = None, start_timeout: float = 60.0) -> None:
+        self.host = host
         self.run_dir = Path(tempfile.mkdtemp(prefix="kilorl-store-"))
         if l2_dir:
             Path(l2_dir).mkdir(parents=True, exist_ok=True)
-        self.cmd = worker_command(self.host, self.run_dir, token, shm_size, keep_versions, join, cluster_name, l2_dir)
+        self.cmd = worker_command(host, self.run_dir, token, shm_size, keep_versions, join, cluster_name, l2_dir)
         self.log = open(self.run_dir / "worker.log", "ab")  # noqa: SIM115 - closed in stop()
         self.start_timeout = start_timeout
-        self.proc = self._spawn(self.cmd)
-        self.port = self._wait_ready(start_timeout)
+        self.port: int | None = None
         self.restarts = 0
         self._stopping = threading.Event()
-        threading.Thread(target=self._watch, name="store-watchdog", daemon=True).start()
+        self.proc = self._spawn(self.cmd)
+
+    @property
+    def info_file(self) -> Path:
+        """Written by the worker once it serves."""
+        return self.run_dir / "worker.json"
 
     def _spawn(self, cmd: list[str]) -> subprocess.Popen:
         return subprocess.Popen(cmd, stdout=self.log, stderr=self.log, preexec_fn=_die_with_parent)
 
+    def wait_ready(self) -> str:
+        """Block until the worker serves (the first call starts the restart watchdog); its address."""
+        if self.port is None:
+            self.port = self._wait_ready(self.start_timeout)
+            threading.Thread(target=self._watch, name="store-watchdog", daemon=True).start()
+        return self.address()
+
     def _watch(self) -> None:
-        """Restart a worker that died (kill -9, OOM) on the same port, so clients reconnect to
-        the same address; its memory tiers start empty (durable objects come back from L2)."""
         cmd = [str(self.port) if prev == "--port" else a for prev, a in zip(["", *self.cmd], self.cmd)]
         while not self._stopping.wait(0.2):
             if self.proc.poll() is None or self._stopping.is_set():
@@ -84,30 +105,21 @@ class StoreNode:
             except (RuntimeError, TimeoutError):
                 continue  # try again on the next round
 
-    def restart_count(self) -> int:
-        return self.restarts
-
     def _wait_ready(self, timeout: float) -> int:
-        info = self.run_dir / "worker.json"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 tail = (self.run_dir / "worker.log").read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"store worker exited with {self.proc.returncode}: {tail}")
-            if info.exists():
-                data = json.loads(info.read_text())
-                if data.get("pid") == self.proc.pid:
-                    return int(data["port"])
+            data = read_info(self.info_file)
+            if data is not None and data.get("pid") == self.proc.pid:
+                return int(data["port"])
             time.sleep(0.02)
         self.proc.kill()
         raise TimeoutError(f"store worker on {self.host} did not serve within {timeout:g}s")
 
     def address(self) -> str:
         return f"{self.host}:{self.port}"
-
-    def where(self) -> tuple[str, str]:
-        """``(ray node id, worker address)``."""
-        return self.node_id, self.address()
 
     def pid(self) -> int:
         return self.proc.pid
@@ -124,12 +136,48 @@ class StoreNode:
         self.log.close()
 
 
+class StoreNode:
+    """A store worker on this Ray actor's node. ``where()`` once it serves; ``stop()`` ends it."""
+
+    def __init__(self, token: str, shm_size: str, keep_versions: int, join: Any, cluster_name: str,
+                 l2_dir: str | None = None, start_timeout: float = 60.0) -> None:
+        """``join``: the head's address, the head's ``StoreNode`` handle (waited on here, so a
+        fleet's actors can all be created at once), or None to be the head."""
+        import ray
+
+        if join is not None and not isinstance(join, str):
+            join = ray.get(join.where.remote())[1]
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.worker = WorkerProcess(ray.util.get_node_ip_address(), token, shm_size, keep_versions, join,
+                                    cluster_name, l2_dir, start_timeout)
+        self.worker.wait_ready()
+
+    def restart_count(self) -> int:
+        return self.worker.restarts
+
+    def address(self) -> str:
+        return self.worker.address()
+
+    def where(self) -> tuple[str, str]:
+        """``(ray node id, worker address)``."""
+        return self.node_id, self.address()
+
+    def pid(self) -> int:
+        return self.worker.pid()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.worker.stop(timeout)
+
+
 @dataclass
 class NodeConnector:
     """Picklable client factory: the worker of the caller's Ray node (``default`` off Ray).
 
     ``addresses`` maps Ray node ids to worker addresses. A node without a worker (e.g. the
-    driver's node of an external ``--store`` worker) uses ``default``.
+    driver's node of an external ``--store`` worker) uses ``default``. Workers still
+    starting are resolved on first use, so a run creates its roles without waiting for its
+    workers: ``nodes`` holds ``StoreNode`` handles (asked for their address), ``files`` the
+    info files of workers the driver started on its own node (read once written).
     """
 
     addresses: dict[str, str]
@@ -137,16 +185,48 @@ class NodeConnector:
     token: str | None = None
     connected: list[str] = field(default_factory=list, compare=False)
     """Addresses this connector connected to in this process (tests check node-locality)."""
+    nodes: dict[str, Any] = field(default_factory=dict, compare=False)
+    """Ray node id -> ``StoreNode`` handle of a worker whose address is not recorded yet."""
+    files: dict[str, str] = field(default_factory=dict, compare=False)
+    """Ray node id -> info file of a worker the driver started on that (its own) node."""
+    head: str = ""
+    """Ray node id of the mesh head: its worker is the default of nodes without one."""
+    timeout_s: float = 60.0
+    """How long a role waits for its node's worker to serve."""
 
     def address_here(self) -> str:
         try:
             import ray
 
             if ray.is_initialized():
-                return self.addresses.get(ray.get_runtime_context().get_node_id(), self.default)
+                return self.resolve(ray.get_runtime_context().get_node_id())
         except ImportError:
             pass
+        return self.resolve(None)
+
+    def resolve(self, node_id: str | None) -> str:
+        """The address of ``node_id``'s worker (the head's, or ``default``, for a node without one)."""
+        if node_id is not None and node_id in self.addresses:
+            return self.addresses[node_id]
+        if node_id is not None and (node_id in self.nodes or node_id in self.files):
+            self.addresses[node_id] = self._ask(node_id)
+            return self.addresses[node_id]
+        if not self.default and self.head:
+            self.default = self.resolve(self.head)
         return self.default
+
+    def _ask(self, node_id: str) -> str:
+        if node_id in self.nodes:
+            import ray
+
+            return ray.get(self.nodes[node_id].where.remote())[1]
+        path, deadline = Path(self.files[node_id]), time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            data = read_info(path)
+            if data is not None:
+                return f"{data['host']}:{data['port']}"
+            time.sleep(0.01)
+        raise TimeoutError(f"the store worker of node {node_id[:12]} did not serve within {self.timeout_s:g}s ({path})")
 
     def __call__(self) -> Any:
         from kilorl.store import StoreClient
@@ -154,21 +234,6 @@ class NodeConnector:
         address = self.address_here()
         self.connected.append(address)
         return StoreClient(address, token=self.token)
-
-    def every_node(self) -> list[Any]:
-        """One client factory per distinct worker (writers publish to each node's worker)."""
-        return [_Fixed(a, self.token) for a in dict.fromkeys([self.default, *self.addresses.values()])]
-
-
-@dataclass(frozen=True)
-class _Fixed:
-    address: str
-    token: str | None
-
-    def __call__(self) -> Any:
-        from kilorl.store import StoreClient
-
-        return StoreClient(self.address, token=self.token)
 
 
 def token_from_env() -> str | None:

@@ -1,9 +1,10 @@
 """Start-up and teardown of a run's roles, as one context manager.
 
-Everything a run starts (Ray, if it was not running; one store worker per node; the
-learners; the actors) is started inside ``RoleSession.__enter__`` and recorded as it
-is created, so a failure at any point (an env that raises in ``reset``, a learner that
-cannot build its model, Ctrl-C) tears down exactly what was started and nothing else.
+Everything a run starts (Ray, if it was not running; one store worker per node, started
+by the driver itself when it starts Ray on this machine; the learners; the actors) is
+started inside ``RoleSession.__enter__`` and recorded as it is created, so a failure at
+any point (an env that raises in ``reset``, a learner that cannot build its model,
+Ctrl-C) tears down exactly what was started and nothing else.
 """
 
 from __future__ import annotations
@@ -90,6 +91,8 @@ class RoleSession:
 
         cfg, par = self.cfg, self.cfg.parallelism
         t0 = time.perf_counter()
+        if self.cluster.kind == "local" and not cfg.store.address:
+            self.fleet = self._local_store()  # before Ray: it comes up while Ray does
         self._started_ray = self.cluster.connect(*local_needs(cfg))
         t1 = time.perf_counter()
         self.times.ray_s = t1 - t0
@@ -103,7 +106,10 @@ class RoleSession:
             self.monitor = start_monitoring(self.run_dir, cfg.monitor)
             self.monitor.start()
         report = {"monitor": self.monitor.spec} if self.monitor is not None else {}
-        self.fleet = self._store_fleet()
+        if self.fleet is None:
+            self.fleet = self._store_fleet()
+        else:
+            self.fleet.attach(ray.get_runtime_context().get_node_id())
         self.store = parameter_store(cfg, self.fleet)
         backend = self.cluster.backend_for(cfg.train.device)
         learner_cls = ray.remote(LearnerProcess)
@@ -122,12 +128,18 @@ class RoleSession:
         starts = [h.start.remote(master) for h in self.learners]
         # All roles start in parallel; start-up ends when every one is built and the first
         # version is published, so process spawn and imports are not counted as training.
-        waits = {f"learner {r}": ref for r, ref in enumerate(starts)}
+        waits = {**self.fleet.ready(), **{f"learner {r}": ref for r, ref in enumerate(starts)}}
         # every rank publishes once (rank 0 writes; all start their warm-up); runs after start
         waits.update({f"learner {r} (first publish)": h.publish.remote(self.iteration)
                       for r, h in enumerate(self.learners)})
         waits.update({f"actor {i}": h.ready.remote() for i, h in enumerate(self.actors)})
+        if self.fleet.local is not None:
+            try:  # up long before the roles, usually; a worker that died fails the start here, not in a role
+                self.fleet.local.wait_ready()
+            except (RuntimeError, TimeoutError) as err:
+                raise StartupError(f"the store worker failed to start: {err}") from err
         self._wait_all(waits)
+        self.fleet.resolve()  # every worker answered above: records the addresses at once
         self.times.spawn_s = time.perf_counter() - t1
         self.times.total_s = time.perf_counter() - t0
 
@@ -137,7 +149,13 @@ class RoleSession:
         st = self.cfg.store
         if st.address:
             return StoreFleet.external(st.address, st.token)
-        return StoreFleet.start(st.shm_size, st.keep_versions, l2_dir=self.l2_dir)  # cleans up its own failure
+        # Not waited for here: the roles start alongside the workers (see _start's waits).
+        return StoreFleet.start(st.shm_size, st.keep_versions, l2_dir=self.l2_dir, wait=False)
+
+    def _local_store(self) -> StoreFleet:
+        from kilorl.trainer.store_fleet import StoreFleet
+
+        return StoreFleet.start_local(self.cfg.store.shm_size, self.cfg.store.keep_versions, l2_dir=self.l2_dir)
 
     @staticmethod
     def _wait_all(waits: dict[str, Any]) -> None:

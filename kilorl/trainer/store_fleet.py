@@ -2,9 +2,11 @@
 
 ``StoreFleet.start`` pins one ``StoreNode`` actor to every live Ray node with a hard
 ``NodeAffinitySchedulingStrategy``; the first worker is the mesh's ``--head``, the others
-``--join`` it. ``StoreFleet.external`` uses workers the user already runs
-(``kilorl train --store HOST:PORT``) and starts nothing. Either way roles get a
-``NodeConnector`` that reaches their own node's worker.
+``--join`` it. ``StoreFleet.local`` is the one-machine case where the run starts Ray
+itself: the driver starts the worker before Ray (``WorkerProcess``), so the worker's
+start-up overlaps Ray's instead of preceding the roles'. ``StoreFleet.external`` uses
+workers the user already runs (``kilorl train --store HOST:PORT``) and starts nothing.
+Either way roles get a ``NodeConnector`` that reaches their own node's worker.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from kilorl.roles.store_node import NodeConnector, token_from_env
+from kilorl.roles.store_node import NodeConnector, WorkerProcess, token_from_env
 
 
 @dataclass
@@ -23,6 +25,8 @@ class StoreFleet:
     connector: NodeConnector
     nodes: list[Any] = field(default_factory=list)
     """``StoreNode`` actor handles this run started (empty for external workers)."""
+    local: WorkerProcess | None = None
+    """The worker the driver started on its own node (``StoreFleet.local``), if any."""
 
     @classmethod
     def external(cls, address: str, token: str | None) -> StoreFleet:
@@ -35,16 +39,34 @@ class StoreFleet:
         return cls(NodeConnector({}, address, token or token_from_env()))
 
     @classmethod
+    def start_local(cls, shm_size: str, keep_versions: int, l2_dir: str | None = None) -> StoreFleet:
+        """Start this machine's worker now (loopback), before Ray; ``attach`` names its node."""
+        token = secrets.token_hex(16)
+        worker = WorkerProcess("127.0.0.1", token, shm_size, keep_versions, None, f"run-{secrets.token_hex(4)}",
+                               l2_dir=None if l2_dir is None else f"{l2_dir}/local")
+        return cls(NodeConnector({}, "", token), local=worker)
+
+    def attach(self, node_id: str) -> None:
+        """The local worker serves Ray node ``node_id`` (the driver's): roles there read its info file."""
+        assert self.local is not None
+        self.connector.files[node_id] = str(self.local.info_file)
+        self.connector.head = node_id
+
+    @classmethod
     def start(cls, shm_size: str, keep_versions: int, nodes: list[str] | None = None,
-              l2_dir: str | None = None) -> StoreFleet:
+              l2_dir: str | None = None, wait: bool = True) -> StoreFleet:
         """One worker per live Ray node (or per id in ``nodes``), the first as the mesh head.
 
-        Handles are recorded as they are created, so ``close`` after a failed start still
-        stops every worker that came up.
+        With ``wait=False`` the workers are only created: the caller starts its roles at
+        once (their connector resolves its node's address on first use) and waits on
+        ``ready()`` together with them. Handles are recorded as they are created, so
+        ``close`` after a failed start still stops every worker that came up.
         """
         fleet = cls(NodeConnector({}, "", secrets.token_hex(16)))
         try:
             fleet._spawn(shm_size, keep_versions, nodes or _live_node_ids(), l2_dir)
+            if wait:
+                fleet.resolve()
         except BaseException:
             fleet.close()
             raise
@@ -60,33 +82,52 @@ class StoreFleet:
         name = f"run-{secrets.token_hex(4)}"
         token = self.connector.token
 
-        def make(node_id: str, join: str | None) -> Any:
+        def make(node_id: str, join: Any) -> Any:
             l2 = None if l2_dir is None else f"{l2_dir}/{node_id[:12]}"
             handle = remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(
                 token, shm_size, keep_versions, join, name, l2_dir=l2)
             self.nodes.append(handle)
+            self.connector.nodes[node_id] = handle
             return handle
 
         head = make(node_ids[0], None)
-        node, address = ray.get(head.where.remote())
-        self.connector.addresses[node] = address
-        self.connector.default = address
-        for node, address in ray.get([make(n, address).where.remote() for n in node_ids[1:]]):
-            self.connector.addresses[node] = address
+        self.connector.head = node_ids[0]
+        for n in node_ids[1:]:  # each joiner waits for the head inside its own process
+            make(n, head)
+
+    def ready(self) -> dict[str, Any]:
+        """One reference per ``StoreNode`` worker (``where()``), named for start-up errors."""
+        return {f"store worker on node {n[:12]}": h.where.remote() for n, h in self.connector.nodes.items()}
+
+    def resolve(self) -> None:
+        """Wait for every worker and record its address (the head's is the default)."""
+        import ray
+
+        c = self.connector
+        if self.local is not None:
+            address = self.local.wait_ready()  # raises with the worker's log if it died
+            c.addresses.update(dict.fromkeys(c.files, address))
+        for node, address in ray.get(list(self.ready().values())):
+            c.addresses[node] = address
+        if c.head:
+            c.default = c.addresses[c.head]
 
     def pids(self) -> list[int]:
         import ray
 
-        return ray.get([n.pid.remote() for n in self.nodes])
+        return ([self.local.pid()] if self.local else []) + ray.get([n.pid.remote() for n in self.nodes])
 
     def restarts(self) -> list[int]:
         """Per node, how often its worker died and was restarted."""
         import ray
 
-        return ray.get([n.restart_count.remote() for n in self.nodes])
+        return ([self.local.restarts] if self.local else []) + ray.get([n.restart_count.remote() for n in self.nodes])
 
     def close(self) -> None:
-        """Stop the workers this run started (killing the actor kills its worker too)."""
+        """Stop the workers this run started (killing a node's actor kills its worker too)."""
+        if self.local is not None:
+            self.local.stop()
+            self.local = None
         if not self.nodes:
             return
         import ray
