@@ -1,6 +1,15 @@
 """Leak detection on real processes: detection delay for injected leaks, false alarms on healthy ones.
 
     python benchmarks/leak_bench.py --rates 1,2,5 --repeats 3 --healthy-s 400
+    python benchmarks/leak_bench.py --store-s 300     # a store worker under load, no leaks
+
+With ``--store-s`` the healthy process watched is a real store worker (``kilorl store
+start``, 256 MiB arena) driven for that long by a loader child doing what the store's
+benchmark and a training run do: objects of 1 KiB-8 MiB set, read whole and by byte range,
+deleted or overwritten, with the arena filling and recycling; versioned publishes of a
+policy (``publish``, ``get_version``) with older versions reclaimed; a stream produced and
+consumed. The worker's RSS includes the arena pages it touched, so the fill-up phase is
+exactly what a trend detector must not call a leak.
 
 Each leaker is a real child process that starts leaking (written, hence resident, memory)
 ``--leak-after-s`` seconds after it starts; each healthy child churns memory for the whole
@@ -57,6 +66,84 @@ def worker(kind: str, rate: float, leak_after_s: float, seed: int) -> None:
             cache = bytearray(b"\x04") * (200 * MiB)  # a cache filled once, then kept
         last = now
         time.sleep(0.2)
+
+
+def store_load(address: str, token: str, seed: int) -> None:
+    """The loader child: store-benchmark-like traffic against one worker until killed."""
+    from kilorl.store import StoreClient
+
+    rng = random.Random(seed)
+    c = StoreClient(address, token=token)
+    prod, cons = c.producer("soak", capacity=64), c.consumer("soak", "g")
+    policy = bytes(40_000)
+    version = 0
+    while True:
+        size = int(2 ** rng.uniform(10, 23))  # 1 KiB .. 8 MiB, log-uniform
+        key = f"obj/{rng.randrange(48)}"
+        c.set(key, bytes(size))
+        got = c.get(key)
+        assert len(got) == size
+        if size > 4096:
+            assert len(c.get_range(key, size // 4, 1024)) == 1024
+        if rng.random() < 0.3:
+            c.delete(key)
+        version = c.publish("policy", policy, version + 1)
+        c.get_version("policy", version)
+        prod.send(bytes(rng.randrange(64, 8192)))
+        msg = cons.receive(timeout=1.0)
+        if msg is not None:
+            cons.ack(msg.id)
+        c.flush_releases()
+        c.incr("soak/rounds")
+        time.sleep(0.002)
+
+
+def store_soak(duration_s: float) -> dict:
+    """Watch a loaded store worker's RSS for ``duration_s`` with one default LeakDetector."""
+    import secrets
+    import tempfile
+
+    from kilorl.roles.store_node import WorkerProcess
+
+    token = secrets.token_hex(16)
+    worker = WorkerProcess("127.0.0.1", token, "256MiB", 3, None, "soak")
+    loader = None
+    try:
+        address = worker.wait_ready()
+        loader = subprocess.Popen([sys.executable, __file__, "--store-loader", address, "--token", token],
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=tempfile.gettempdir())
+        watched = {"store worker": psutil.Process(worker.pid()), "store loader": psutil.Process(loader.pid)}
+        det = {name: LeakDetector() for name in watched}
+        alarms = dict.fromkeys(watched, 0)
+        flagged = dict.fromkeys(watched, 0)
+        was = dict.fromkeys(watched, False)
+        rss = {name: [] for name in watched}
+        t0 = next_t = time.monotonic()
+        while time.monotonic() - t0 < duration_s:
+            if loader.poll() is not None:
+                raise RuntimeError(f"the store loader exited with {loader.returncode}")
+            now = time.monotonic()
+            for name, proc in watched.items():
+                value = float(proc.memory_info().rss)
+                rss[name].append(value)
+                v = det[name].update(now, value, None)
+                alarms[name] += int(v.suspected and not was[name])
+                flagged[name] += int(v.suspected)
+                was[name] = v.suspected
+            next_t += 1.0
+            time.sleep(max(0.0, next_t - time.monotonic()))
+        from kilorl.store import StoreClient
+
+        rounds = StoreClient(address, token=token).incr("soak/rounds", 0)
+        per_role = {name: {"observed_s": len(rss[name]), "alarms": alarms[name], "flagged_s": flagged[name],
+                       "rss_min_mib": round(min(rss[name]) / MiB, 1), "rss_max_mib": round(max(rss[name]) / MiB, 1)}
+                for name in watched}
+        return {"loader_rounds_per_s": round(rounds / duration_s, 1), **per_role}
+    finally:
+        if loader is not None:
+            loader.kill()
+            loader.wait()
+        worker.stop()
 
 
 def spawn(kind: str, rate: float, leak_after_s: float, seed: int) -> subprocess.Popen:
@@ -133,9 +220,18 @@ def main() -> None:
     p.add_argument("--worker", choices=["leak", "churn", "sawtooth", "steps"], help=argparse.SUPPRESS)
     p.add_argument("--rate", type=float, default=0.0, help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--store-s", type=float, help="instead: watch a store worker under load for this long")
+    p.add_argument("--store-loader", help=argparse.SUPPRESS)
+    p.add_argument("--token", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
         worker(a.worker, a.rate, a.leak_after_s, a.seed)
+        return
+    if a.store_loader:
+        store_load(a.store_loader, a.token, a.seed)
+        return
+    if a.store_s:
+        print(json.dumps({"store_soak_s": a.store_s, **store_soak(a.store_s)}, indent=1))
         return
     res = run([float(r) for r in a.rates.split(",")], a.repeats, a.healthy_s, a.leak_after_s, a.max_wait_s)
     print(json.dumps(res, indent=1))
