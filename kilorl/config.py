@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from kilorl.algos.a2c.config import A2CConfig
 from kilorl.algos.ppo.config import PPOConfig
+from kilorl.algos.registry import get as algo_spec
 from kilorl.algos.registry import names as algo_names
 from kilorl.comm.config import CompressionConfig
 from kilorl.config_scale import StoreSection, SyncSection
@@ -27,8 +27,14 @@ class ConfigError(ValueError):
     """An invalid configuration; the message names the offending field."""
 
 
-AlgoSection = Annotated[PPOConfig | A2CConfig, Field(discriminator="name")]
-"""The ``algo`` section: ``algo.name`` picks the algorithm's own config class."""
+def _algo_section() -> Any:
+    """Every registered algorithm's config class, told apart by ``algo.name``."""
+    members = tuple(algo_spec(n).load("config") for n in algo_names())
+    return Annotated[Union[members], Field(discriminator="name")]  # noqa: UP007 - a runtime tuple of classes
+
+
+AlgoSection = _algo_section()
+"""The ``algo`` section: ``algo.name`` picks the algorithm's own config class (kilorl.algos.registry)."""
 
 
 class EnvConfig(_Section):
@@ -144,7 +150,8 @@ class Config(_Section):
     env: EnvConfig
     """The environment to train on."""
     algo: AlgoSection = Field(default_factory=PPOConfig)
-    """Algorithm and its hyperparameters; ``algo.name`` selects which (ppo, a2c)."""
+    """Algorithm and its hyperparameters; ``algo.name`` selects which (any registered algorithm:
+    ppo, a2c, and those of installed plugins)."""
     model: ModelConfig = Field(default_factory=ModelConfig)
     """Network architecture."""
     parallelism: ParallelismConfig = Field(default_factory=ParallelismConfig)

@@ -2,6 +2,10 @@
 
 A spec names its parts by import path so that reading a config (``kilorl plan``, config
 validation) never imports torch; the roles resolve the parts in their own processes.
+Algorithms of other packages register through the entry-point group ``kilorl.algorithms``
+(each entry names a module that calls ``register``), loaded when this module is first
+imported: the ``algo`` section of ``kilorl.config`` is built from whatever is registered,
+so adding an algorithm never means editing the trainer or the config module.
 """
 
 from __future__ import annotations
@@ -67,3 +71,20 @@ register(AlgorithmSpec(
     name="a2c", config="kilorl.algos.a2c.config:A2CConfig", learner="kilorl.algos.a2c.learner:A2CLearner",
     recorder="kilorl.algos.a2c.recorder:A2CRecorder",
 ))
+
+
+ENTRY_POINT_GROUP = "kilorl.algorithms"
+"""Entry-point group of out-of-tree algorithms: ``name = "package.module"`` (a module that registers)."""
+
+
+def _load_plugins() -> None:
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            ep.load()
+        except Exception as err:  # noqa: BLE001 - re-raised naming the plugin
+            raise ImportError(f"algorithm plugin {ep.name!r} ({ep.value}) failed to load: {err}") from err
+
+
+_load_plugins()

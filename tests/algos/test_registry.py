@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from kilorl.algos import AlgorithmSpec, get, names, register
@@ -38,3 +42,38 @@ def test_algo_name_selects_which_fields_are_allowed():
     assert isinstance(config_from_dict({"env": {"id": "CartPole-v1"}, "algo": {"lr": 1e-3}}).algo, PPOConfig)
     with pytest.raises(ConfigError, match=r"algo\.clip_coef: unknown field.*allowed: .*optimizer"):
         config_from_dict({"env": {"id": "CartPole-v1"}, "algo": {"name": "a2c", "clip_coef": 0.1}})
+
+
+PLUGIN = '''
+from typing import Literal
+
+from kilorl.algos.config_base import OnPolicyConfig
+from kilorl.algos.registry import AlgorithmSpec, register
+
+
+class VPGConfig(OnPolicyConfig):
+    name: Literal["vpg"] = "vpg"
+    baseline: bool = True
+
+
+register(AlgorithmSpec(name="vpg", config="kilorl_vpg_plugin:VPGConfig",
+                       learner="kilorl.algos.a2c.learner:A2CLearner", recorder="kilorl.algos.a2c.recorder:A2CRecorder"))
+'''
+
+
+def test_an_installed_plugin_registers_an_algorithm_and_its_config_section(tmp_path):
+    """A package with a ``kilorl.algorithms`` entry point adds an algorithm: no kiloRL file changes."""
+    (tmp_path / "kilorl_vpg_plugin.py").write_text(PLUGIN)
+    dist = tmp_path / "kilorl_vpg_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: kilorl-vpg-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[kilorl.algorithms]\nvpg = kilorl_vpg_plugin\n")
+    code = ("from kilorl.config import config_from_dict, ConfigError\n"
+            "cfg = config_from_dict({'env': {'id': 'CartPole-v1'}, 'algo': {'name': 'vpg', 'baseline': False}})\n"
+            "print(type(cfg.algo).__name__, cfg.algo.baseline)\n"
+            "try:\n    config_from_dict({'env': {'id': 'CartPole-v1'}, 'algo': {'name': 'vpg', 'clip_coef': 0.1}})\n"
+            "except ConfigError as e:\n    print('refused:', e)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.splitlines()[0] == "VPGConfig False"
+    assert "algo.clip_coef: unknown field" in out and "baseline" in out
