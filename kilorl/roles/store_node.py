@@ -84,7 +84,10 @@ class WorkerProcess:
         return self.run_dir / "worker.json"
 
     def _spawn(self, cmd: list[str]) -> subprocess.Popen:
-        return subprocess.Popen(cmd, stdout=self.log, stderr=self.log, preexec_fn=_die_with_parent)
+        # Its own session: a Ctrl-C at the driver's terminal reaches the driver, which stops the
+        # worker in order, not the worker directly (the kernel still kills it with its parent).
+        return subprocess.Popen(cmd, stdout=self.log, stderr=self.log, preexec_fn=_die_with_parent,
+                                start_new_session=True)
 
     def wait_ready(self) -> str:
         """Block until the worker serves (the first call starts the restart watchdog); its address."""

@@ -62,3 +62,16 @@ def test_busy_port_and_bad_device_fail_clearly(tmp_path, workers):
                "--run-dir", str(tmp_path / "y"))
     assert r.returncode == 2 and "device" in r.stderr and "Traceback" not in r.stderr
     assert w.alive()
+
+
+def test_an_arena_larger_than_shared_memory_is_refused_at_once(tmp_path):
+    """Prefaulting tmpfs pages past its limit would SIGBUS the worker (or fill the machine's RAM)."""
+    from kilorl.store.wire.shm import SHM_DIR
+
+    proc = subprocess.Popen([sys.executable, "-m", "kilorl.cli.main", "store", "start", "--foreground", "--port", "0",
+                             "--shm-size", "64TiB", "--run-dir", str(tmp_path / "run"), "--insecure"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    assert "does not fit in" in err and "--shm-size" in err
+    assert list(SHM_DIR.glob(f"kilorl-store-{proc.pid}-*")) == []  # this worker left no arena file behind

@@ -73,3 +73,28 @@ def test_attached_cluster_smaller_than_expected_is_refused(ray_local, tmp_path):
     with pytest.raises(ClusterError, match=r"nodes=4, gpus_per_node=8\) but Ray .* has 1 node\(s\)"):
         Trainer(tiny_config(), tmp_path / "run", Cluster(nodes=4, gpus_per_node=8, address="auto")).fit()
     assert ray_local.is_initialized()
+
+
+def test_a_store_worker_that_cannot_start_fails_the_start_and_leaves_nothing(tmp_path):
+    """On this machine the driver starts the store worker itself (before Ray): its failure is named."""
+    script = textwrap.dedent(f"""
+        import json, psutil, ray
+        from kilorl.trainer import StartupError, Trainer
+        from tests.conftest import tiny_config
+        cfg = tiny_config(store={{"shm_size": "64TiB"}})
+        error = None
+        try:
+            Trainer(cfg, {str(tmp_path / "run")!r}).fit()
+        except StartupError as err:
+            error = str(err)
+        gone, alive = psutil.wait_procs(psutil.Process().children(recursive=True), timeout=30)
+        print(json.dumps({{"error": error, "ray_initialized": ray.is_initialized(),
+                          "children": [p.name() for p in alive]}}))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=REPO,
+                         env={**__import__("os").environ, "RAY_ADDRESS": "local"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["error"] is not None and "store worker failed to start" in result["error"], result
+    assert result["ray_initialized"] is False
+    assert result["children"] == []

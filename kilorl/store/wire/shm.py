@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from kilorl.store.errors import ConfigError
+
 SHM_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(os.environ.get("TMPDIR", "/tmp"))
 _PREFIX = "kilorl-store-"
 
@@ -31,6 +33,10 @@ class Arena:
     @classmethod
     def create(cls, size: int, prefault: bool = True) -> Arena:
         _remove_stale_arenas()
+        free = _free_bytes(SHM_DIR)
+        if size > free:  # tmpfs pages past its limit would SIGBUS the worker on first touch
+            raise ConfigError(f"a shared-memory arena of {size:,} bytes does not fit in {SHM_DIR} ({free:,} bytes "
+                             f"free): lower --shm-size (store.shm_size) or enlarge {SHM_DIR}")
         path = SHM_DIR / f"{_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
@@ -95,3 +101,8 @@ def _remove_stale_arenas() -> None:
                     p.unlink()
             except OSError:
                 pass
+
+
+def _free_bytes(directory: Path) -> int:
+    st = os.statvfs(directory)
+    return st.f_bavail * st.f_frsize
