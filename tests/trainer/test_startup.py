@@ -35,16 +35,15 @@ def test_failure_in_env_reset_is_named_and_kills_every_role_it_started(ray_local
     assert ray_local.is_initialized()  # Ray was running before: the run did not stop it
 
 
-def test_failure_leaves_no_ray_instance_it_started(tmp_path):
-    """In a fresh process: the trainer starts Ray, an actor fails, Ray and its processes are gone."""
+def _fit_in_a_fresh_process(config_expr: str, run_dir: str) -> dict:
+    """Train ``config_expr`` (a ``tiny_config(...)`` call) where no Ray runs; what was left after."""
     script = textwrap.dedent(f"""
         import json, psutil, ray
         from kilorl.trainer import StartupError, Trainer
         from tests.conftest import tiny_config
-        cfg = tiny_config(env={{"id": {BROKEN!r}}})
         error = None
         try:
-            Trainer(cfg, {str(tmp_path / "run")!r}).fit()
+            Trainer({config_expr}, {run_dir!r}).fit()
         except StartupError as err:
             error = str(err)
         gone, alive = psutil.wait_procs(psutil.Process().children(recursive=True), timeout=30)
@@ -54,10 +53,15 @@ def test_failure_leaves_no_ray_instance_it_started(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=REPO,
                          env={**__import__("os").environ, "RAY_ADDRESS": "local"})
     assert out.returncode == 0, out.stderr[-2000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_failure_leaves_no_ray_instance_it_started(tmp_path):
+    """In a fresh process: the trainer starts Ray, an actor fails, Ray and its processes are gone."""
+    result = _fit_in_a_fresh_process(f"tiny_config(env={{'id': {BROKEN!r}}})", str(tmp_path / "run"))
     assert "actor 0 failed to start" in result["error"] and "refuses to reset" in result["error"]
     assert result["ray_initialized"] is False
-    assert result["children"] == []  # no raylet, GCS or worker outlived the failed start
+    assert result["children"] == []  # no raylet, GCS, worker or store worker outlived the failed start
 
 
 def test_described_cluster_refuses_to_train(tmp_path):
@@ -77,24 +81,8 @@ def test_attached_cluster_smaller_than_expected_is_refused(ray_local, tmp_path):
 
 def test_a_store_worker_that_cannot_start_fails_the_start_and_leaves_nothing(tmp_path):
     """On this machine the driver starts the store worker itself (before Ray): its failure is named."""
-    script = textwrap.dedent(f"""
-        import json, psutil, ray
-        from kilorl.trainer import StartupError, Trainer
-        from tests.conftest import tiny_config
-        cfg = tiny_config(store={{"shm_size": "64TiB"}})
-        error = None
-        try:
-            Trainer(cfg, {str(tmp_path / "run")!r}).fit()
-        except StartupError as err:
-            error = str(err)
-        gone, alive = psutil.wait_procs(psutil.Process().children(recursive=True), timeout=30)
-        print(json.dumps({{"error": error, "ray_initialized": ray.is_initialized(),
-                          "children": [p.name() for p in alive]}}))
-    """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=REPO,
-                         env={**__import__("os").environ, "RAY_ADDRESS": "local"})
-    assert out.returncode == 0, out.stderr[-2000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = _fit_in_a_fresh_process("tiny_config(store={'shm_size': '64TiB'})", str(tmp_path / "run"))
     assert result["error"] is not None and "store worker failed to start" in result["error"], result
+    assert "does not fit in" in result["error"]  # the worker's own reason reaches the user
     assert result["ray_initialized"] is False
     assert result["children"] == []
