@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kilorl.store.errors import AuthError, ConfigError, InvalidRequest, ProtocolError, StoreError
+from kilorl.store.errors import AuthError, BatchAborted, ConfigError, InvalidRequest, ProtocolError, StoreError
 from kilorl.store.local.config import ResolvedConfig
 from kilorl.store.local.entries import Region
 from kilorl.store.local.keyspace import KeySpace
@@ -51,6 +51,10 @@ class Connection:
     same_host: bool = False
     leases: dict[int, Region] = field(default_factory=dict)
     allocs: dict[int, Region] = field(default_factory=dict)
+    bytes_read: int = 0
+    """Object bytes handed to this client by reads (leased views and inline copies alike)."""
+    failed_batch: Any = None
+    """The ``batch`` id of the last request that failed: later requests of it are skipped."""
     _ids: Any = field(default_factory=lambda: itertools.count(1))
 
     def next_id(self) -> int:
@@ -195,13 +199,18 @@ class Worker:
                 if rel:
                     self._release_leases(conn, rel)
                 handler = self.handlers.get(op) if isinstance(op, str) else None
+                batch = header.get("batch")
                 try:
+                    if batch is not None and batch == conn.failed_batch:
+                        raise BatchAborted(f"skipped: an earlier request of batch {batch!r} failed")
                     if handler is None:
                         raise InvalidRequest(f"op: unknown operation {op!r}")
                     reply = handler(self, conn, header)
                 except ProtocolError:
                     raise
                 except StoreError as exc:
+                    if batch is not None:
+                        conn.failed_batch = batch
                     if fs.pending_payload:
                         fs.skip_payload()
                     fs.send({"ok": False, "code": exc.code, "msg": str(exc)})
@@ -210,6 +219,8 @@ class Worker:
                     raise
                 except Exception as exc:  # a bug must not kill the worker: report it
                     log.exception("op %r failed", op)
+                    if batch is not None:
+                        conn.failed_batch = batch
                     if fs.pending_payload:
                         fs.skip_payload()
                     fs.send({"ok": False, "code": "store_error", "msg": f"internal error: {exc!r}"})
