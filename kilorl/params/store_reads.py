@@ -63,14 +63,17 @@ class CachedPlan:
                 count += len(part)
         return cls(record, writer, plan, batches)
 
-    def reads(self, name: str, batch: int) -> list[tuple[str, list[tuple[int, int]] | None]]:
-        """The ``get_versions`` reads of request ``batch``: the commit record first (the anchor)."""
-        return [(layout_key(name), None), *((shard_key(name, k), r) for k, r in self.batches[batch])]
+    def reads(self, name: str, batch: int, record: bool = True) -> list[tuple[str, list[tuple[int, int]] | None]]:
+        """The ``get_versions`` reads of request ``batch``; with ``record`` the commit record
+        first (the anchor; a request at a known version needs none)."""
+        shards = [(shard_key(name, k), r) for k, r in self.batches[batch]]
+        return [(layout_key(name), None), *shards] if record or not shards else shards
 
-    def segments(self, batch: int, values: Sequence[Any]) -> list[tuple[int, Any]]:
-        """``(flat_offset, buffer)`` of every range a request of ``batch`` returned (``values[1:]``)."""
+    def segments(self, batch: int, values: Sequence[Any], record: bool = True) -> list[tuple[int, Any]]:
+        """``(flat_offset, buffer)`` of every range a request of ``batch`` returned."""
         out = []
-        for (shard, ranges), buffers in zip(self.batches[batch], values[1:]):
+        values = values[1:] if record or not self.batches[batch] else values
+        for (shard, ranges), buffers in zip(self.batches[batch], values):
             base = self.writer.bounds[shard]
             out += [(base + off, buf) for (off, _), buf in zip(ranges, buffers)]
         return out
@@ -103,12 +106,19 @@ class VersionReads:
     def read(self, name: str, reader: ReaderLayout | None, version: int | None, min_version: int | None = None,
              timeout: float | None = None) -> tuple[int, CachedPlan, list[tuple[int, Any]]]:
         """``(version, plan, segments)``: the reader's bytes of one consistent version."""
+        from kilorl.store import InvalidRequest
+
         key = (name, plan_key(reader))
         cached = self.plans.get(key)
+        if cached is not None:
+            try:
+                got = self.client.get_versions(cached.reads(name, 0), version, min_version, timeout)
+            except InvalidRequest:  # ranges outside the shards: the layout shrank since
+                self.plans.pop(key, None)
+                cached = None
         if cached is None:
             got = self.client.get_versions([(layout_key(name), None)], version, min_version, timeout)
             return self._read_planned(name, key, reader, got.version, bytes(got.value[0]))
-        got = self.client.get_versions(cached.reads(name, 0), version, min_version, timeout)
         record = bytes(got.value[0])
         if record != cached.record:  # the writer's layout changed: plan again, read that version
             return self._read_planned(name, key, reader, got.version, record)
@@ -121,14 +131,15 @@ class VersionReads:
         if len(self.plans) > 64:
             self.plans.clear()
         self.plans[key] = cached
-        got = self.client.get_versions(cached.reads(name, 0), version)
-        return version, cached, cached.segments(0, got.value) + self._rest(name, cached, version)
+        got = self.client.get_versions(cached.reads(name, 0, record=False), version)
+        return version, cached, cached.segments(0, got.value, record=False) + self._rest(name, cached, version)
 
     def _rest(self, name: str, cached: CachedPlan, version: int) -> list[tuple[int, Any]]:
         """Requests 1.. of a plan with more ranges than one request carries."""
         out: list[tuple[int, Any]] = []
         for batch in range(1, len(cached.batches)):
-            out += cached.segments(batch, self.client.get_versions(cached.reads(name, batch), version).values)
+            got = self.client.get_versions(cached.reads(name, batch, record=False), version)
+            out += cached.segments(batch, got.value, record=False)
         return out
 
 
