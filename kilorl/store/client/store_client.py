@@ -161,8 +161,7 @@ class StoreClient:
             if self._fs.sock.fileno() < 0:
                 raise ConnectionLost(f"connection to worker {self.address} is closed")
             try:
-                for header, buffers in requests:
-                    self._fs.send(header, buffers)
+                self._fs.send_many(requests)
                 for _ in requests:
                     resp, plen = self._fs.read_header()
                     if plen:

@@ -213,7 +213,7 @@ class Worker:
                         conn.failed_batch = batch
                     if fs.pending_payload:
                         fs.skip_payload()
-                    fs.send({"ok": False, "code": exc.code, "msg": str(exc)})
+                    fs.send({"ok": False, "code": exc.code, "msg": str(exc)}, cork=fs.has_input())
                     continue
                 except (ConnectionClosed, OSError):
                     raise
@@ -229,7 +229,7 @@ class Worker:
                     fs.skip_payload()
                 reply.header["ok"] = True
                 try:
-                    fs.send(reply.header, reply.buffers)
+                    fs.send(reply.header, reply.buffers, cork=fs.has_input())
                 finally:
                     if reply.after is not None:
                         reply.after()
