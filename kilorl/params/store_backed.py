@@ -177,6 +177,11 @@ class StoreParameterStore:
         self._local.prefetched = Prefetched(name, last, v, cached, segments)
         return v
 
+    def layout(self, name: str, version: int | None = None) -> tuple[int, FlatLayout]:
+        """The writer's layout of ``version`` (the newest when None): its commit record."""
+        got = self._retry(lambda: self.client.get_versions([(layout_key(name), None)], version))
+        return got.version, FlatLayout.from_json(json.loads(bytes(got.value[0])))
+
     def fetch(self, name: str, version: int | None = None,
               layout: ReaderLayout | Sequence[str] | None = None) -> tuple[int, dict[str, torch.Tensor]]:
         """``(version, tensors)``: the whole version, the named tensors, or a reader layout's slices."""

@@ -126,3 +126,12 @@ def test_a_layout_of_more_ranges_than_one_request_carries_is_read_exactly_in_sev
         assert torch.equal(got["tall"], original["tall"][:, 2:4])
         assert bytes_read(store) - before - record == rows * 2 * 4
     store.close()
+
+
+def test_the_writers_layout_of_a_version_is_its_commit_record(store_worker):
+    store = StoreParameterStore(store_worker.client, num_shards=3)
+    store.publish("policy", 4, policy(4))
+    version, layout = store.layout("policy")
+    assert version == 4 and layout.num_shards == 3 and [t.name for t in layout.tensors] == list(policy(4))
+    assert layout.total_bytes == sum(t.numel() * t.element_size() for t in policy(4).values())
+    store.close()
