@@ -94,10 +94,11 @@ class ReadBatch:
         self.w.store.release(leased + self.regions)
         self.items, self.bufs, self.regions = [], [], []
 
-    def reply(self, header: dict[str, Any] | None = None) -> Reply:
+    def reply(self, header: dict[str, Any] | None = None, single: bool = False) -> Reply:
+        """The reply: ``items`` and ``header``; ``single``: the one item's fields in the header."""
         regions = self.regions
-        return Reply({**(header or {}), "items": self.items}, self.bufs,
-                     (lambda: self.w.store.release(regions)) if regions else None)
+        fields = {**self.items[0]} if single else {"items": self.items}
+        return Reply({**(header or {}), **fields}, self.bufs, (lambda: self.w.store.release(regions)) if regions else None)
 
 
 def ranged_reply(w: Worker, conn: Connection, key: str, handle: ReadHandle, zc: int | None,

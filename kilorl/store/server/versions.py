@@ -55,11 +55,7 @@ def get_version(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
             if version is not None:
                 raise VersionGone(f"{name!r} version {version} was reclaimed") from None
             continue
-        if ranges is not None:
-            return batch.reply({"version": v})
-        reply = batch.reply()
-        reply.header = {**reply.header.pop("items")[0], "version": v}
-        return reply
+        return batch.reply({"version": v}, single=ranges is None)
     raise KeyNotFound(f"{name!r}: could not read a stable latest version")
 
 
