@@ -117,3 +117,24 @@ def test_stats_count_the_bytes_this_connection_read(client):
     client.get_versions([("n", [(0, 1000), (BIG - 24, 24)])])
     client.get_version("n", ranges=[(10, 10)])
     assert client.stats()["connection"]["bytes_read"] - before == 1000 + 24 + 10
+
+
+@pytest.mark.timeout(180)
+def test_on_a_mesh_a_reader_waits_on_its_worker_and_gets_ranges_of_parts_published_elsewhere(cluster_of):
+    """Publish through A; a reader on B waits there and gets only the ranges it asked for."""
+    a, b = cluster_of("builtin").start(2)
+    ca, cb = a.client(), b.client()
+    publish_parts(ca, 1)
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(
+        cb.get_versions([("anchor", None), ("part/1", [(BIG - 64, 64)]), ("part/0", None)], min_version=2,
+                        timeout=60)))
+    t.start()
+    t.join(0.3)
+    assert t.is_alive() and not got
+    parts = publish_parts(ca, 2)
+    t.join(60)
+    (v, (anchor, (tail,), small)), = got
+    assert v == 2 and bytes(anchor) == b"v2" and bytes(tail) == parts[1][-64:] and bytes(small) == parts[0]
+    ca.close()
+    cb.close()
