@@ -15,13 +15,18 @@ its model minus the driver's just before it starts publishing (CLOCK_MONOTONIC i
 for every process of a Linux machine). Versions are paced: the next is published only after
 every actor has acknowledged the previous one, so each sample is one isolated sync.
 
-    python benchmarks/param_sync_bench.py [--actors 4] [--small-versions 200] [--large-versions 15] [--json out.json]
+With ``--runs R`` the whole comparison runs ``R`` times (fresh actors each time) and every
+cell is the median over the runs of that run's p50 / p99.
+
+    python benchmarks/param_sync_bench.py [--actors 4] [--small-versions 200] [--large-versions 15] [--runs 3]
+                                          [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import secrets
 import subprocess
@@ -72,8 +77,24 @@ def percentiles(xs: list[float]) -> dict[str, float]:
     return {"p50_ms": float(np.percentile(a, 50)), "p99_ms": float(np.percentile(a, 99)), "n": len(xs)}
 
 
+def median_over_runs(runs: list[dict[str, dict[str, dict[str, float]]]]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per policy and system, the median over runs of each run's p50 and p99."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for label, rows in runs[0].items():
+        out[label] = {system: {"p50_ms": float(np.median([r[label][system]["p50_ms"] for r in runs])),
+                               "p99_ms": float(np.median([r[label][system]["p99_ms"] for r in runs])),
+                               "n": rows[system]["n"]} for system in rows}
+    return out
+
+
+STAGES = ("publish returns", "actor has the bytes", "bytes in the model")
+
+
 def bench_store(ray, actors_n: int, shapes, versions: int, address: str, token: str | None, shards: int,
-                name: str) -> list[float]:
+                name: str) -> tuple[list[float], dict[str, float]]:
+    """Latencies of every (version, actor), and the median time from the publish's start to
+    each stage (``STAGES``): the publish call returning (driver), the actor's ``wait``
+    returning with the version's bytes, the bytes copied into its model."""
     from kilorl.params.store_backed import StoreParameterStore
     from kilorl.store import StoreClient
 
@@ -85,12 +106,13 @@ def bench_store(ray, actors_n: int, shapes, versions: int, address: str, token: 
             self.ps = StoreParameterStore(lambda: StoreClient(address, token=token), num_shards=shards)
             self.acks = StoreClient(address, token=token)
 
-        def listen(self, versions: int) -> list[float]:
+        def listen(self, versions: int) -> list[tuple[float, float]]:
             got = []
             for v in range(1, versions + 1):
                 self.ps.wait(name, v, timeout=120)
+                woke = time.monotonic()
                 self.ps.fetch_into(name, self.model, version=v)
-                got.append(time.monotonic())
+                got.append((woke, time.monotonic()))
                 assert float(self.model["t0"][0].reshape(-1)[0]) == float(v)  # the new weights are in
                 self.acks.publish(f"{name}/ack/{self.rank}", b"", version=v)
             return got
@@ -100,17 +122,21 @@ def bench_store(ray, actors_n: int, shapes, versions: int, address: str, token: 
     done = [a.listen.remote(versions) for a in actors]
     writer = StoreParameterStore(lambda: StoreClient(address, token=token), num_shards=shards)
     acks = StoreClient(address, token=token)
-    starts = []
+    starts, published = [], []
     for v in range(1, versions + 1):
         params = make_params(shapes, float(v))  # built before the clock starts
         starts.append(time.monotonic())
         writer.publish(name, v, params)
+        published.append(time.monotonic())
         for i in range(actors_n):
             acks.wait_version(f"{name}/ack/{i}", v, timeout=120)
     per_actor = ray.get(done)
     for a in actors:
         ray.kill(a)
-    return [t[v] - starts[v] for t in per_actor for v in range(versions)]
+    stages = [[p - s for s, p in zip(starts, published)],
+              [t[v][0] - starts[v] for t in per_actor for v in range(versions)],
+              [t[v][1] - starts[v] for t in per_actor for v in range(versions)]]
+    return stages[2], {stage: float(np.median(xs)) * 1e3 for stage, xs in zip(STAGES, stages)}
 
 
 def bench_ray(ray, actors_n: int, shapes, versions: int) -> list[float]:
@@ -157,38 +183,55 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--small-versions", type=int, default=200)
     ap.add_argument("--large-versions", type=int, default=15)
     ap.add_argument("--shards", type=int, default=2, help="parameter-server shards per version")
+    ap.add_argument("--runs", type=int, default=1, help="repeat the comparison; report medians over runs")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     import ray
 
     torch.set_num_threads(1)
     ray.init(address="local", num_cpus=args.actors + 1, include_dashboard=False, log_to_driver=False)
-    results = {}
+    runs: list[dict[str, dict[str, dict[str, float]]]] = []
+    breakdowns: list[dict[str, dict[str, float]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         proc, address, token = start_worker(Path(tmp), "1GiB")
         try:
-            for idx, (label, shapes) in enumerate(SIZES.items()):
-                n = args.small_versions if label.startswith("small") else args.large_versions
-                results[label] = {
-                    "kiloRL store": percentiles(bench_store(ray, args.actors, shapes, n, address, token, args.shards,
-                                                           f"bench{idx}")),
-                    "Ray broadcast": percentiles(bench_ray(ray, args.actors, shapes, n)),
-                    "memcpy floor": percentiles(bench_memcpy(shapes, n)),
-                }
+            for run in range(args.runs):
+                results: dict[str, dict[str, dict[str, float]]] = {}
+                stages: dict[str, dict[str, float]] = {}
+                for idx, (label, shapes) in enumerate(SIZES.items()):
+                    n = args.small_versions if label.startswith("small") else args.large_versions
+                    if n <= 0:
+                        continue
+                    samples, stages[label] = bench_store(ray, args.actors, shapes, n, address, token, args.shards,
+                                                         f"bench{run}-{idx}")
+                    results[label] = {
+                        "kiloRL store": percentiles(samples),
+                        "Ray broadcast": percentiles(bench_ray(ray, args.actors, shapes, n)),
+                        "memcpy floor": percentiles(bench_memcpy(shapes, n)),
+                    }
+                runs.append(results)
+                breakdowns.append(stages)
         finally:
             proc.terminate()
             proc.wait(30)
             ray.shutdown()
-    print(f"Machine: {platform.node()}, {platform.machine()}, {args.actors} actors, {args.shards} shards. "
+    results = median_over_runs(runs)
+    print(f"Machine: {platform.node()}, {platform.machine()}, {os.cpu_count()} CPUs, {args.actors} actors, "
+          f"{args.shards} shards, median of {args.runs} run(s). "
           f"Command: `python benchmarks/param_sync_bench.py {' '.join(argv or sys.argv[1:])}`\n")
-    print("| policy | system | p50 (ms) | p99 (ms) | samples |\n|---|---|---|---|---|")
+    print("| policy | system | p50 (ms) | p99 (ms) | samples per run |\n|---|---|---|---|---|")
     for label, rows in results.items():
         for system, r in rows.items():
             print(f"| {label} | {system} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['n']} |")
         ratio = rows["Ray broadcast"]["p50_ms"] / rows["kiloRL store"]["p50_ms"]
         print(f"| {label} | **speed vs Ray (p50 ratio)** | **{ratio:.2f}x** | | |")
+    print("\n| policy | kiloRL store: median ms from the publish's start to | " + " | ".join(STAGES)
+          + " |\n|---|---|" + "---|" * len(STAGES))
+    for label in results:
+        cells = [float(np.median([b[label][stage] for b in breakdowns])) for stage in STAGES]
+        print(f"| {label} | | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+        args.json.write_text(json.dumps({"median": results, "runs": runs, "stages": breakdowns}, indent=1))
     return 0
 
 

@@ -48,7 +48,7 @@ class TensorSpec:
 
     @property
     def itemsize(self) -> int:
-        return torch.empty((), dtype=dtype_from_name(self.dtype)).element_size()
+        return dtype_from_name(self.dtype).itemsize
 
     @property
     def nbytes(self) -> int:

@@ -169,10 +169,15 @@ class ReadPlan:
             return dest
         out = dest.detach().reshape(-1).view(torch.uint8).numpy()
         i = bisect.bisect_right(starts, p.start) - 1
-        if i >= 0 and p.end <= starts[i] + views[i].size:  # the whole piece in one segment: one strided copy
+        if i >= 0 and p.end <= starts[i] + views[i].size:  # the whole piece in one segment: one (strided) copy
             base = views[i][p.start - starts[i]:]
-            rows = np.lib.stride_tricks.as_strided(base, shape=(p.outer, p.run_len), strides=(p.stride, 1))
-            out.reshape(p.outer, p.run_len)[:] = rows
+            if p.outer == 1:
+                out[:] = base[:p.run_len]
+            elif base.size >= p.outer * p.stride:
+                out.reshape(p.outer, p.run_len)[:] = base[:p.outer * p.stride].reshape(p.outer, p.stride)[:, :p.run_len]
+            else:  # the last row ends before a whole stride: a strided view of exactly the rows
+                rows = np.lib.stride_tricks.as_strided(base, shape=(p.outer, p.run_len), strides=(p.stride, 1))
+                out.reshape(p.outer, p.run_len)[:] = rows
         elif p.outer == 1 or p.stride == p.run_len:  # contiguous bytes across segments
             _copy_bytes(out, p.start, starts, views)
         else:

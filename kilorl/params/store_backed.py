@@ -1,18 +1,22 @@
 """The parameter store on kiloRL's data system: versions as shards of one flat byte vector.
 
-Version ``v`` of ``name`` is ``num_shards`` versioned store objects ``{name}/shard/{k}`` (the
-flat vector cut by ``FlatLayout``) plus a small commit record ``{name}/layout`` (the layout as
-JSON) published *last*: a reader that sees version ``v`` of the commit record finds every
-shard of ``v`` already there, so a fetch is one consistent version, never a mix of two.
+Version ``v`` of ``name`` is ``num_shards`` versioned store objects ``{name}/shard/{k}`` (raw
+bytes of the flat vector cut by ``FlatLayout``) plus a small commit record ``{name}/layout``
+(the layout as JSON) published *last*, in one pipelined batch that stops at its first
+failure: a reader that sees version ``v`` of the commit record finds every shard of ``v``
+already there, so a fetch is one consistent version, never a mix of two.
 
-A shard is stored as its tensor parts keyed by flat offset (``shard_pieces``): views of the
-tensors' own memory, so a publish copies each byte once, into the worker's arena.
+A shard is handed to the store as the tensor parts it holds (``shard_chunks``): views of the
+tensors' own memory, stored end to end, so a publish copies each byte once, into the
+worker's arena, and a shard's byte ``i`` is flat byte ``bounds[k] + i``.
 
 A reader turns its layout into byte ranges per shard (``kilorl.params.resharding``) and reads
-those ranges from its own node's worker; on the node the bytes come as zero-copy views of the
+exactly those ranges, with the commit record, in one request to its own node's worker
+(``kilorl.params.store_reads``); on the node the bytes come as zero-copy views of the
 worker's shared memory and are copied once, straight into the destination tensors
-(``fetch_into``). When a version is reclaimed between reading the commit record and the
-shards (a writer far ahead), the fetch retries on the newest version.
+(``fetch_into``). ``wait`` reads the version it waited for in the same request, so a wait
+and the fetch after it cost one round trip. When a version is reclaimed under a reader (a
+writer far ahead), the fetch retries on the newest version.
 """
 
 from __future__ import annotations
@@ -26,20 +30,23 @@ from typing import Any
 
 import torch
 
-from kilorl.params.layout import FlatLayout, Full, LayoutError, ReaderLayout
+from kilorl.params.layout import FlatLayout, LayoutError, ReaderLayout
 from kilorl.params.reconnect import ParametersLost, publish_once, with_reconnect
-from kilorl.params.resharding import ReadPlan, plan_read
+from kilorl.params.store_reads import (
+    CachedPlan,
+    Prefetched,
+    VersionReads,
+    assemble,
+    layout_key,
+    plan_key,
+    reader_layout,
+    shard_key,
+)
 
 ClientFactory = Callable[[], Any]
 """Returns a connected ``kilorl.store.StoreClient`` (one per thread: clients are not shared)."""
 
-
-def layout_key(name: str) -> str:
-    return f"{name}/layout"
-
-
-def shard_key(name: str, shard: int) -> str:
-    return f"{name}/shard/{shard}"
+__all__ = ["ClientFactory", "StoreParameterStore", "layout_key", "shard_chunks", "shard_key"]
 
 
 class StoreParameterStore:
@@ -51,24 +58,28 @@ class StoreParameterStore:
     """
 
     def __init__(self, connect: ClientFactory, num_shards: int = 1, write_mode: Any = None, retries: int = 3,
-                 replicas: Sequence[ClientFactory] = ()) -> None:
+                 replicas: Sequence[ClientFactory] = (), max_gap: int = 0) -> None:
         if num_shards < 1:
             raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+        if max_gap < 0:
+            raise ValueError(f"max_gap must be >= 0, got {max_gap}")
         self._connect = connect
         self.num_shards = num_shards
         self.write_mode = write_mode
         self.retries = retries
+        self.max_gap = max_gap
+        """Bytes a reader may read in excess to join two ranges (0: exactly the bytes needed)."""
         self.replicas = list(replicas)
         """Further workers a publish also writes to (the other nodes' workers), so every
         node's readers find each version on their own node."""
         self._local = threading.local()
-        self._layouts: dict[tuple[str, int], FlatLayout] = {}
+        self._plans: dict[tuple[str, tuple], CachedPlan] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         """Picklable (roles receive it through Ray): connections are per process and thread."""
         state = dict(self.__dict__)
         state.pop("_local")
-        state["_layouts"] = {}
+        state["_plans"] = {}
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -81,6 +92,12 @@ class StoreParameterStore:
         if c is None:
             c = self._local.client = self._connect()
         return c
+
+    def _reads(self) -> VersionReads:
+        r = getattr(self._local, "reads", None)
+        if r is None or r.client is not self.client:
+            r = self._local.reads = VersionReads(self.client, self._plans, self.max_gap)
+        return r
 
     def _writers(self) -> list[Any]:
         ws = getattr(self._local, "writers", None)
@@ -105,20 +122,26 @@ class StoreParameterStore:
 
     # -- writer ----------------------------------------------------------------------
     def publish(self, name: str, version: int, tensors: Mapping[str, Any]) -> None:
-        """Every shard of ``version`` on every writer worker, then the commit records."""
+        """Every shard of ``version``, then the commit record, on every writer worker.
+
+        One pipelined batch per worker; a batch refused part way (a retry that finds some
+        parts already there) is completed part by part, treating parts already there as done."""
+        from kilorl.store import InvalidRequest
+        from kilorl.store.errors import BatchAborted
+
         tensors = {k: torch.as_tensor(v) for k, v in tensors.items()}  # numpy arrays: no copy
         layout = FlatLayout.of(tensors, self.num_shards)
         kw = {} if self.write_mode is None else {"write_mode": self.write_mode}
-        shards = shard_pieces(tensors, layout)
-        record = json.dumps(layout.to_json()).encode()
+        items = [(shard_key(name, k), chunks, version) for k, chunks in enumerate(shard_chunks(tensors, layout))]
+        items.append((layout_key(name), json.dumps(layout.to_json()).encode(), version))
 
         def once() -> None:
-            writers = self._writers()
-            for c in writers:
-                for k, shard in enumerate(shards):
-                    publish_once(c, shard_key(name, k), version, shard, kw)
-            for c in writers:
-                publish_once(c, layout_key(name), version, record, kw)
+            for c in self._writers():
+                try:
+                    c.publish_many(items, **kw)
+                except (InvalidRequest, BatchAborted):
+                    for key, value, v in items:
+                        publish_once(c, key, v, value, kw)
 
         self._retry(once)
 
@@ -127,42 +150,69 @@ class StoreParameterStore:
         return self._retry(lambda: self.client.latest_version(layout_key(name)))
 
     def wait(self, name: str, min_version: int, timeout: float | None = None) -> int:
-        """Block until ``min_version``; ``ParametersLost`` if the worker came back without ``name``."""
+        """Block until ``min_version``; ``ParametersLost`` if the worker came back without ``name``.
+
+        On the node (zero-copy reads) the wait brings the version's bytes for the reader
+        layout this thread fetched ``name`` with last, so the ``fetch`` that follows (of that
+        layout, that version or None) is served from them without another request."""
         try:
-            return self.client.wait_version(layout_key(name), min_version, timeout)
+            return self._wait_once(name, min_version, timeout)
         except ConnectionError:
             if self.latest_version(name) is None:  # reconnects; a restarted, non-durable worker
                 raise ParametersLost(f"{name}: the store worker restarted without the parameters") from None
-            return self._retry(lambda: self.client.wait_version(layout_key(name), min_version, timeout))
+            return self._retry(lambda: self._wait_once(name, min_version, timeout))
+
+    def _wait_once(self, name: str, min_version: int, timeout: float | None) -> int:
+        from kilorl.store import VersionGone
+
+        last = getattr(self._local, "last_plan", {}).get(name)
+        self._local.prefetched = None
+        if last is None or self.client.arena is None:  # remote: do not move bytes nobody may want
+            return self.client.wait_version(layout_key(name), min_version, timeout)
+        reader = None if last == ("*",) else dict(last)
+        try:
+            v, cached, segments = self._reads().read(name, reader, None, min_version, timeout)
+        except VersionGone:  # reclaimed under the read: the plain wait, the fetch reads again
+            return self.client.wait_version(layout_key(name), min_version, timeout)
+        self._local.prefetched = Prefetched(name, last, v, cached, segments)
+        return v
 
     def layout(self, name: str, version: int | None = None) -> tuple[int, FlatLayout]:
-        """The writer's layout of ``version`` (the newest when None)."""
-        if version is not None and (name, version) in self._layouts:
-            return version, self._layouts[(name, version)]
-        got = self.client.get_version(layout_key(name), version)
-        layout = FlatLayout.from_json(json.loads(bytes(got.value)))
-        self._layouts = {k: v for k, v in self._layouts.items() if k[0] != name}  # keep one per name
-        self._layouts[(name, got.version)] = layout
-        return got.version, layout
+        """The writer's layout of ``version`` (the newest when None): its commit record."""
+        got = self._retry(lambda: self.client.get_versions([(layout_key(name), None)], version))
+        return got.version, FlatLayout.from_json(json.loads(bytes(got.value[0])))
 
     def fetch(self, name: str, version: int | None = None,
               layout: ReaderLayout | Sequence[str] | None = None) -> tuple[int, dict[str, torch.Tensor]]:
         """``(version, tensors)``: the whole version, the named tensors, or a reader layout's slices."""
-        return self._retry(lambda: self._read(name, version, layout, None))
+        return self._retry(lambda: self._read(name, version, reader_layout(layout), None))
 
     def fetch_into(self, name: str, out: Mapping[str, torch.Tensor], version: int | None = None,
                    layout: ReaderLayout | None = None) -> int:
         """Copy a version straight into ``out`` (e.g. ``dict(model.named_parameters())``); returns the version."""
-        return self._read(name, version, layout if layout is not None else {k: Full() for k in out}, out)[0]
+        return self._read(name, version, reader_layout(layout if layout is not None else list(out)), out)[0]
 
-    def _read(self, name: str, version: int | None, layout: Any, out: Mapping[str, torch.Tensor] | None):
+    def _take_prefetched(self, name: str, key: tuple, version: int | None) -> Prefetched | None:
+        got = getattr(self._local, "prefetched", None)
+        self._local.prefetched = None
+        if got is not None and got.name == name and got.plan_key == key and version in (None, got.version):
+            return got
+        return None
+
+    def _read(self, name: str, version: int | None, reader: ReaderLayout | None,
+              out: Mapping[str, torch.Tensor] | None) -> tuple[int, dict[str, torch.Tensor]]:
         from kilorl.store import VersionGone
 
+        key = plan_key(reader)
+        if not hasattr(self._local, "last_plan"):
+            self._local.last_plan = {}
+        self._local.last_plan[name] = key
+        got = self._take_prefetched(name, key, version)
+        if got is not None:
+            return got.version, assemble(got.cached, got.segments, out)
         for attempt in range(self.retries + 1):
             try:
-                v, writer = self.layout(name, version)
-                plan = plan_read(writer, _reader_layout(layout))
-                segments = self._segments(name, v, writer, plan)
+                v, cached, segments = self._reads().read(name, reader, version)
             except VersionGone:
                 if self.client.latest_version(layout_key(name)) is None:
                     # the worker restarted empty between our wait and this read: someone must republish
@@ -171,31 +221,15 @@ class StoreParameterStore:
                     raise
                 time.sleep(0)  # a newer version replaced it: read that one
                 continue
-            with torch.no_grad():
-                tensors = plan.assemble_segments(segments, out)
-            return v, tensors
+            return v, assemble(cached, segments, out)
         raise AssertionError("unreachable")
 
-    def _segments(self, name: str, version: int, writer: FlatLayout, plan: ReadPlan) -> list[tuple[int, Any]]:
-        """``(flat_offset, bytes)`` pieces of every shard the plan touches (zero-copy views on the node).
 
-        Whole shards are read: on the node they are views of shared memory, so only the bytes
-        the plan needs are ever copied (into the destination tensors).
-        """
-        out: list[tuple[int, Any]] = []
-        for shard in sorted({r.shard for r in plan.requests}):
-            value = self.client.get_version(shard_key(name, shard), version).value
-            if isinstance(value, Mapping):  # pieces keyed by their flat offset (``shard_pieces``)
-                out += [(int(k), v) for k, v in value.items()]
-            else:
-                out.append((writer.bounds[shard], value))
-        return out
-
-
-def shard_pieces(tensors: Mapping[str, torch.Tensor], layout: FlatLayout) -> list[dict[str, memoryview]]:
-    """Each writer shard as ``{str(flat_offset): bytes of the tensor part there}``: views of the
-    tensors' own memory, so a publish copies each byte once (into the store's arena)."""
-    parts: list[dict[str, memoryview]] = [{} for _ in range(layout.num_shards)]
+def shard_chunks(tensors: Mapping[str, torch.Tensor], layout: FlatLayout) -> list[list[memoryview]]:
+    """Each writer shard as the byte views, in flat order, of the tensor parts it holds:
+    views of the tensors' own memory, stored end to end (a publish copies each byte once,
+    into the store's arena)."""
+    parts: list[list[memoryview]] = [[] for _ in range(layout.num_shards)]
     bounds = layout.bounds
     for spec in layout.tensors:
         t = tensors[spec.name].detach().to("cpu").contiguous()
@@ -209,13 +243,7 @@ def shard_pieces(tensors: Mapping[str, torch.Tensor], layout: FlatLayout) -> lis
         while start < end:
             stop = min(end, bounds[k + 1])
             if stop > start:
-                parts[k][str(start)] = raw[start - spec.offset:stop - spec.offset]
+                parts[k].append(raw[start - spec.offset:stop - spec.offset])
             start = stop
             k += 1
     return parts
-
-
-def _reader_layout(layout: ReaderLayout | Sequence[str] | None) -> ReaderLayout | None:
-    if layout is None or isinstance(layout, Mapping):
-        return layout
-    return {k: Full() for k in layout}

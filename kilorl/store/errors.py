@@ -100,9 +100,15 @@ class KeyExists(StoreError):
     code = "exists"
 
 
+class BatchAborted(StoreError):
+    """A pipelined request was skipped because an earlier request of its batch failed."""
+
+    code = "batch_aborted"
+
+
 _BY_CODE = {cls.code: cls for cls in (StoreError, KeyNotFound, StoreFullError, InvalidRequest, AuthError,
                                       ProtocolError, StoreTimeout, VersionGone, ConfigError, ObjectLost,
-                                      WorkerLeaving, StaleCopy, KeyExists)}
+                                      WorkerLeaving, StaleCopy, KeyExists, BatchAborted)}
 
 
 def error_from_code(code: str, message: str) -> StoreError:

@@ -104,18 +104,18 @@ def test_a_reader_racing_a_writer_always_gets_one_consistent_version(store, stor
 def test_publish_hands_the_store_views_of_the_tensors_own_memory_cut_at_shard_bounds():
     import numpy as np
 
-    from kilorl.params import FlatLayout
-    from kilorl.params.store_backed import shard_pieces
+    from kilorl.params import FlatLayout, pack
+    from kilorl.params.store_backed import shard_chunks
 
     tensors = params(1)
     layout = FlatLayout.of(tensors, 3)
-    pieces = shard_pieces(tensors, layout)
-    assert [sum(v.nbytes for v in p.values()) for p in pieces] == [b - a for a, b in zip(layout.bounds, layout.bounds[1:])]
-    for p in pieces:
-        for offset, view in p.items():
-            owner = next(t for t in tensors.values() if np.shares_memory(np.frombuffer(view, np.uint8),
-                                                                       t.view(-1).view(torch.uint8).numpy()))
-            assert owner is not None and int(offset) >= 0  # no packed copy in between
+    chunks = shard_chunks(tensors, layout)
+    # end to end, a shard's chunks are exactly its bytes of the packed flat vector
+    assert [b"".join(bytes(c) for c in shard) for shard in chunks] == [bytes(s) for s in pack(tensors, layout)]
+    for shard in chunks:
+        for view in shard:
+            assert any(np.shares_memory(np.frombuffer(view, np.uint8), t.view(-1).view(torch.uint8).numpy())
+                       for t in tensors.values())  # no packed copy in between
 
 
 def test_after_a_worker_restart_readers_get_parameters_lost_and_writers_reconnect(tmp_path):

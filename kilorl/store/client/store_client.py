@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from kilorl.store.client.batches import publish_batch
 from kilorl.store.client.streams import Consumer, Producer
 from kilorl.store.client.types import Versioned, WriteMode, resolve_token
 from kilorl.store.errors import (
@@ -143,6 +144,33 @@ class StoreClient:
         if not resp.get("ok"):
             raise error_from_code(resp.get("code", ""), resp.get("msg", "request failed"))
         return resp, payload
+
+    def _pipeline(self, requests: list[tuple[dict[str, Any], list[Any]]]) -> list[dict[str, Any] | StoreError]:
+        """Sends every request, then reads every reply: one round trip for all of them.
+
+        Each reply is its header, or the error it carried (payloads are not expected)."""
+        if not requests:
+            return []
+        rel = []
+        while self._released:
+            rel.append(self._released.popleft())
+        if rel:
+            requests[0][0]["rel"] = rel
+        out: list[dict[str, Any] | StoreError] = []
+        with self._lock:
+            if self._fs.sock.fileno() < 0:
+                raise ConnectionLost(f"connection to worker {self.address} is closed")
+            try:
+                self._fs.send_many(requests)
+                for _ in requests:
+                    resp, plen = self._fs.read_header()
+                    if plen:
+                        self._fs.skip_payload()
+                    out.append(resp if resp.get("ok") else
+                               error_from_code(resp.get("code", ""), resp.get("msg", "request failed")))
+            except (OSError, EOFError, ProtocolError) as exc:
+                raise ConnectionLost(f"connection to worker {self.address} lost: {exc!r}") from exc
+        return out
 
     def _release_lease(self, epoch: int, lease: int) -> None:
         if epoch == self._epoch:  # leases of an earlier connection ended with it
@@ -328,6 +356,16 @@ class StoreClient:
         fields = {"ver": [name, version], "mode": WriteMode(write_mode).value}
         return self._retrying(lambda: self._write(dict(fields), value))["version"]
 
+    def publish_many(self, items: list[tuple[str, Any, int | None]],
+                     write_mode: WriteMode = WriteMode.NONE_L2) -> list[int]:
+        """Publishes ``items`` = [(name, value, version or None), ...] in order, pipelined:
+        one round trip for all (two when values go through the arena), and the first
+        failure stops the rest (they are not published and its error is raised), so a
+        part published last, e.g. a commit record, is only there when all before it are."""
+        mode = WriteMode(write_mode).value
+        return self._retrying(lambda: publish_batch(self._pipeline, self._check_size, self.arena, self.inline_threshold,
+                                                    items, mode))
+
     def latest_version(self, name: str) -> int | None:
         return self._retrying(lambda: self._call({"op": "latest_version", "name": name}))[0]["version"]
 
@@ -346,6 +384,31 @@ class StoreClient:
             if ranges is None:
                 return Versioned(resp["version"], self._materialize(resp, payload))
             return Versioned(resp["version"], self._materialize_items(resp["items"], payload))
+        return self._retrying(once)
+
+    def get_versions(self, reads: list[tuple[str, list[tuple[int, int]] | None]], version: int | None = None,
+                     min_version: int | None = None, timeout: float | None = None) -> Versioned:
+        """Several published names at one version number, in one request: ``(version, values)``.
+
+        ``reads`` = [(name, ranges or None), ...]; the first name is the anchor (for an
+        object published as parts, the part published last). The version is ``version``,
+        else the anchor's latest, after waiting (up to ``timeout``) for it to reach
+        ``min_version``: a wait whose wake-up brings the bytes. ``values[i]`` is the whole
+        value of ``reads[i]``, or one read-only buffer per range. A name not held at that
+        version raises ``VersionGone``."""
+        wire = [[name, [list(r) for r in ranges] if ranges is not None else None] for name, ranges in reads]
+        header = {"op": "get_versions", "reads": wire, "version": version, "min_version": min_version,
+                  "timeout": timeout, "zc": self._zc()}
+
+        def once() -> Versioned:
+            resp, payload = self._call(dict(header))
+            flat = self._materialize_items(resp["items"], payload)
+            values, pos = [], 0
+            for _, ranges in reads:
+                n = 1 if ranges is None else len(ranges)
+                values.append(flat[pos] if ranges is None else flat[pos:pos + n])
+                pos += n
+            return Versioned(resp["version"], values)
         return self._retrying(once)
 
     def wait_version(self, name: str, min_version: int, timeout: float | None = None) -> int:

@@ -54,6 +54,7 @@ def stats(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     s = w.keyspace.stats()
     s.update(pid=w.pid, clients=len(w.connections), arena=str(w.arena.path), versions=w.versions.names(),
              streams=sorted(w.streams.streams), leases=sum(len(c.leases) for c in list(w.connections.values())))
+    s["connection"] = {"id": conn.id, "bytes_read": conn.bytes_read}
     info = w.router.info()
     if info is not None:
         s["cluster"] = info

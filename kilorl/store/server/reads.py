@@ -38,6 +38,7 @@ def read_reply(w: Worker, conn: Connection, handle: ReadHandle, zc: int | None,
     Takes over the handle's region reference (a lease, or a release after sending)."""
     off, size = rng if rng is not None else (0, handle.size)
     item: dict[str, Any] = {"meta": handle.meta if rng is None else RANGE_META, "size": size, "tier": handle.tier}
+    conn.bytes_read += size
     if handle.region is not None:
         if conn.same_host and zc is not None and size >= zc:
             lease = conn.next_id()
@@ -54,36 +55,66 @@ def read_reply(w: Worker, conn: Connection, handle: ReadHandle, zc: int | None,
     return item, [handle.data[off:off + size]], []
 
 
+class ReadBatch:
+    """Items of one reply built read by read (``items``, like ``mget``): what has been
+    added so far is undone by ``abort`` (a later read failed), else sent by ``reply``."""
+
+    def __init__(self, w: Worker, conn: Connection, zc: int | None) -> None:
+        self.w, self.conn, self.zc = w, conn, zc
+        self.items: list[dict[str, Any]] = []
+        self.bufs: list[Any] = []
+        self.regions: list[Any] = []
+
+    def add(self, handle: ReadHandle, rng: tuple[int, int] | None = None) -> None:
+        """One item: the whole handle or its byte range (takes over the handle's reference)."""
+        item, b, r = read_reply(self.w, self.conn, handle, self.zc, rng)
+        self.items.append(item)
+        self.bufs += b
+        self.regions += r
+
+    def add_ranges(self, key: str, handle: ReadHandle, ranges: list[tuple[int, int]]) -> None:
+        """One item per byte range of ``handle`` (each range leased on its own)."""
+        try:
+            for off, length in ranges:
+                check_range(key, handle.size, off, length)
+        except BaseException:
+            if handle.region is not None:
+                self.w.store.release([handle.region])
+            raise
+        if not ranges and handle.region is not None:
+            self.w.store.release([handle.region])
+        for i, rng in enumerate(ranges):
+            if handle.region is not None and i:
+                self.w.store.retain(handle.region)  # one reference per range
+            self.add(handle, rng)
+
+    def abort(self) -> None:
+        """Return every reference taken so far: leases handed out and regions to send."""
+        leased = [self.conn.leases.pop(i["lease"]) for i in self.items if i.get("lease") in self.conn.leases]
+        self.w.store.release(leased + self.regions)
+        self.items, self.bufs, self.regions = [], [], []
+
+    def reply(self, header: dict[str, Any] | None = None, single: bool = False) -> Reply:
+        """The reply: ``items`` and ``header``; ``single``: the one item's fields in the header."""
+        regions = self.regions
+        fields = {**self.items[0]} if single else {"items": self.items}
+        return Reply({**(header or {}), **fields}, self.bufs, (lambda: self.w.store.release(regions)) if regions else None)
+
+
 def ranged_reply(w: Worker, conn: Connection, key: str, handle: ReadHandle, zc: int | None,
                  ranges: list[tuple[int, int]]) -> Reply:
     """Several byte ranges of one object in one reply (``items``, like ``mget``)."""
-    try:
-        for off, length in ranges:
-            check_range(key, handle.size, off, length)
-    except BaseException:
-        if handle.region is not None:
-            w.store.release([handle.region])
-        raise
-    items, bufs, regions = [], [], []
-    for i, rng in enumerate(ranges):
-        if handle.region is not None and i:
-            w.store.retain(handle.region)  # one reference per range: each is leased on its own
-        item, b, r = read_reply(w, conn, handle, zc, rng)
-        items.append(item)
-        bufs += b
-        regions += r
-    return Reply({"items": items}, bufs, (lambda: w.store.release(regions)) if regions else None)
+    batch = ReadBatch(w, conn, zc)
+    batch.add_ranges(key, handle, ranges)
+    return batch.reply()
 
 
 def handles_reply(w: Worker, conn: Connection, handles: list[ReadHandle], zc: int | None) -> Reply:
     """Several whole handles (e.g. byte ranges pulled from a remote holder) in one reply."""
-    items, bufs, regions = [], [], []
+    batch = ReadBatch(w, conn, zc)
     for handle in handles:
-        item, b, r = read_reply(w, conn, handle, zc)
-        items.append(item)
-        bufs += b
-        regions += r
-    return Reply({"items": items}, bufs, (lambda: w.store.release(regions)) if regions else None)
+        batch.add(handle)
+    return batch.reply()
 
 
 def single_read(w: Worker, conn: Connection, h: dict[str, Any], handle: ReadHandle) -> Reply:

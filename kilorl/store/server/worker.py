@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kilorl.store.errors import AuthError, ConfigError, InvalidRequest, ProtocolError, StoreError
+from kilorl.store.errors import AuthError, BatchAborted, ConfigError, InvalidRequest, ProtocolError, StoreError
 from kilorl.store.local.config import ResolvedConfig
 from kilorl.store.local.entries import Region
 from kilorl.store.local.keyspace import KeySpace
@@ -51,6 +51,10 @@ class Connection:
     same_host: bool = False
     leases: dict[int, Region] = field(default_factory=dict)
     allocs: dict[int, Region] = field(default_factory=dict)
+    bytes_read: int = 0
+    """Object bytes handed to this client by reads (leased views and inline copies alike)."""
+    failed_batch: Any = None
+    """The ``batch`` id of the last request that failed: later requests of it are skipped."""
     _ids: Any = field(default_factory=lambda: itertools.count(1))
 
     def next_id(self) -> int:
@@ -187,41 +191,13 @@ class Worker:
         try:
             while True:
                 header, _ = fs.read_header()
-                op = header.get("op")
                 if not conn.authed:
                     self._hello(conn, header)
                     continue
                 rel = header.get("rel")
                 if rel:
                     self._release_leases(conn, rel)
-                handler = self.handlers.get(op) if isinstance(op, str) else None
-                try:
-                    if handler is None:
-                        raise InvalidRequest(f"op: unknown operation {op!r}")
-                    reply = handler(self, conn, header)
-                except ProtocolError:
-                    raise
-                except StoreError as exc:
-                    if fs.pending_payload:
-                        fs.skip_payload()
-                    fs.send({"ok": False, "code": exc.code, "msg": str(exc)})
-                    continue
-                except (ConnectionClosed, OSError):
-                    raise
-                except Exception as exc:  # a bug must not kill the worker: report it
-                    log.exception("op %r failed", op)
-                    if fs.pending_payload:
-                        fs.skip_payload()
-                    fs.send({"ok": False, "code": "store_error", "msg": f"internal error: {exc!r}"})
-                    continue
-                if fs.pending_payload:
-                    fs.skip_payload()
-                reply.header["ok"] = True
-                try:
-                    fs.send(reply.header, reply.buffers)
-                finally:
-                    if reply.after is not None:
-                        reply.after()
+                self._dispatch(conn, header)
         except ConnectionClosed:
             pass
         except ProtocolError as exc:
@@ -231,6 +207,49 @@ class Worker:
                 log.info("connection %d (%s) ended: %s", conn.id, conn.peer, exc)
         finally:
             self._close_connection(conn)
+
+    def _dispatch(self, conn: Connection, header: dict[str, Any]) -> None:
+        """Runs one request and sends its reply; an op's error is a reply, not the end of the
+        connection. Replies to pipelined requests are corked (``FramedSocket.send``); a
+        request of a ``batch`` that already failed is skipped (``BatchAborted``)."""
+        fs = conn.fs
+        op = header.get("op")
+        handler = self.handlers.get(op) if isinstance(op, str) else None
+        batch = header.get("batch")
+        try:
+            if batch is not None and batch == conn.failed_batch:
+                raise BatchAborted(f"skipped: an earlier request of batch {batch!r} failed")
+            if handler is None:
+                raise InvalidRequest(f"op: unknown operation {op!r}")
+            reply = handler(self, conn, header)
+        except ProtocolError:
+            raise
+        except StoreError as exc:  # the op's answer (StoreTimeout and ConnectionLost are OSErrors too)
+            self._refuse(conn, batch, exc.code, str(exc))
+            return
+        except (ConnectionClosed, OSError):
+            raise
+        except Exception as exc:  # a bug must not kill the worker: report it
+            log.exception("op %r failed", op)
+            self._refuse(conn, batch, "store_error", f"internal error: {exc!r}")
+            return
+        if fs.pending_payload:
+            fs.skip_payload()
+        reply.header["ok"] = True
+        try:
+            fs.send(reply.header, reply.buffers, cork=fs.has_input())
+        finally:
+            if reply.after is not None:
+                reply.after()
+
+    @staticmethod
+    def _refuse(conn: Connection, batch: Any, code: str, msg: str) -> None:
+        """An error reply (the request's payload skipped); a failed batch skips its rest."""
+        if batch is not None:
+            conn.failed_batch = batch
+        if conn.fs.pending_payload:
+            conn.fs.skip_payload()
+        conn.fs.send({"ok": False, "code": code, "msg": msg}, cork=conn.fs.has_input())
 
     def _hello(self, conn: Connection, header: dict[str, Any]) -> None:
         if header.get("op") != "hello":

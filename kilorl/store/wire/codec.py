@@ -76,6 +76,8 @@ def encode(value: Any) -> Encoded:
     if isinstance(value, (bytes, bytearray, memoryview)):
         mv = memoryview(value).cast("B") if not isinstance(value, bytes) else memoryview(value)
         return Encoded({"k": "bytes"}, [(0, mv)], mv.nbytes)
+    if isinstance(value, (list, tuple)):
+        return _gather(value)
     if isinstance(value, str):
         mv = memoryview(value.encode())
         return Encoded({"k": "str"}, [(0, mv)], mv.nbytes)
@@ -100,7 +102,22 @@ def encode(value: Any) -> Encoded:
             pos += mv.nbytes
         return Encoded({"k": "dict", "e": entries}, parts, pos)
     raise InvalidRequest(f"value: unsupported type {type(value).__name__} "
-                         "(use bytes, str, numpy arrays, torch tensors or a dict of them)")
+                         "(use bytes, str, numpy arrays, torch tensors, a dict of them or a list of byte chunks)")
+
+
+def _gather(chunks: list[Any] | tuple[Any, ...]) -> Encoded:
+    """A list of byte buffers stored as their concatenation (no padding, no joined copy):
+    a writer hands views of its own memory and reads back one ``bytes`` value whose byte
+    ranges are the chunks' bytes end to end."""
+    parts, pos = [], 0
+    for i, chunk in enumerate(chunks):
+        if not isinstance(chunk, (bytes, bytearray, memoryview)):
+            raise InvalidRequest(f"value[{i}]: a list value is byte chunks (bytes, bytearray, memoryview), "
+                                 f"got {type(chunk).__name__}")
+        mv = memoryview(chunk).cast("B") if not isinstance(chunk, bytes) else memoryview(chunk)
+        parts.append((pos, mv))
+        pos += mv.nbytes
+    return Encoded({"k": "bytes"}, parts, pos)
 
 
 def _decode_array(kind: str, dtype: str, shape: list[int], buf: memoryview, offset: int, nbytes: int) -> Any:

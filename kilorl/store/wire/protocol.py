@@ -59,9 +59,16 @@ class FramedSocket:
         self._lo = 0
         self._hi = 0
         self.pending_payload = 0
+        self._corked: list[bytes] = []
 
     # -- receiving ---------------------------------------------------------------------
+    def has_input(self) -> bool:
+        """Bytes of a next frame are already received (the peer pipelines its requests)."""
+        return self._hi > self._lo and not self.pending_payload
+
     def _recv_more(self, in_frame: bool) -> None:
+        if self._corked:
+            self.flush()  # never wait for the peer while holding frames it waits for
         if self._hi == len(self._buf):
             n = self._hi - self._lo
             self._buf[:n] = bytes(self._mv[self._lo:self._hi])
@@ -115,6 +122,8 @@ class FramedSocket:
             target[:take] = self._mv[self._lo:self._lo + take]
             self._lo += take
         filled = take
+        if filled < n:
+            self.flush()
         while filled < n:
             got = self.sock.recv_into(target[filled:])
             if got == 0:
@@ -138,17 +147,57 @@ class FramedSocket:
         self.pending_payload = 0
 
     # -- sending -----------------------------------------------------------------------
-    def send(self, header: dict[str, Any], buffers: Sequence[Any] = ()) -> None:
+    def send(self, header: dict[str, Any], buffers: Sequence[Any] = (), cork: bool = False) -> None:
+        """Sends one frame. ``cork``: a small frame is copied and held back, to leave with the
+        next frame sent or before the next wait for input (replies to pipelined requests
+        then reach the peer in one system call); the buffers may be reused at once."""
         hb = pack_header(header)
         views = [memoryview(b).cast("B") for b in buffers]
         plen = sum(v.nbytes for v in views)
         head = PREFIX.pack(MAGIC, VERSION, 0, len(hb), plen) + hb
         if plen <= _SMALL_SEND:
-            self.sock.sendall(b"".join([head, *views]) if views else head)
+            frame = b"".join([head, *views]) if views else head
+            if cork:
+                self._corked.append(frame)
+                return
+            if self._corked:
+                self._corked.append(frame)
+                self.flush()
+                return
+            self.sock.sendall(frame)
             return
+        self.flush()
         self.sock.sendall(head)
         for v in views:
             self.sock.sendall(v)
+
+    def flush(self) -> None:
+        """Sends the frames held back by ``cork``."""
+        if self._corked:
+            frames, self._corked = self._corked, []
+            self.sock.sendall(b"".join(frames))
+
+    def send_many(self, frames: Sequence[tuple[dict[str, Any], Sequence[Any]]]) -> None:
+        """Sends several frames back to back; small ones leave in one system call."""
+        pending: list[Any] = []
+        size = 0
+        for header, buffers in frames:
+            views = [memoryview(b).cast("B") for b in buffers]
+            plen = sum(v.nbytes for v in views)
+            if plen > _SMALL_SEND:
+                if pending:
+                    self.sock.sendall(b"".join(pending))
+                    pending, size = [], 0
+                self.send(header, views)
+                continue
+            hb = pack_header(header)
+            pending += [PREFIX.pack(MAGIC, VERSION, 0, len(hb), plen), hb, *views]
+            size += plen
+            if size > _SMALL_SEND:
+                self.sock.sendall(b"".join(pending))
+                pending, size = [], 0
+        if pending:
+            self.sock.sendall(b"".join(pending))
 
     def close(self) -> None:
         try:
