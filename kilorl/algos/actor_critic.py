@@ -96,6 +96,21 @@ class ActorCriticState:
         self.optimizer.step()
         return norm
 
+    def normalized(self, advantages: torch.Tensor) -> torch.Tensor:
+        """``(a - mean) / (std + 1e-8)`` with mean and std over every rank's samples.
+
+        Each rank holds a share of the batch; summing count, sum and sum of squares over
+        ranks gives the statistics of the whole batch, so the split of actors over learners
+        does not change the result (with one rank it is plain normalization).
+        """
+        a = advantages.detach().double()
+        sums = self.grad_sync.sum_tensor(torch.stack([torch.tensor(float(a.numel()), dtype=torch.float64),
+                                                      a.sum(), (a * a).sum()]).cpu())
+        n, s1, s2 = (float(v) for v in sums)
+        mean = s1 / n
+        std = (max(s2 - n * mean * mean, 0.0) / max(n - 1.0, 1.0)) ** 0.5  # unbiased, as torch.std
+        return (advantages - mean) / (std + 1e-8)
+
     def tensor(self, array: np.ndarray, flat_dims: int = 2) -> torch.Tensor:
         """``[T, N, ...]`` -> ``[T*N, ...]`` on the learner's device (a copy: Ray's views are read-only)."""
         return torch.tensor(array.reshape(-1, *array.shape[flat_dims:]), device=self.device)
