@@ -83,3 +83,44 @@ def test_a_killed_store_worker_is_restarted_and_the_run_goes_on_with_the_version
     # The restarted worker holds the newest version: the learner reconnected and published on
     # (actors that met it empty had the current version republished: stats["republished"]).
     assert latest == 10
+
+
+def test_a_durable_version_comes_back_from_l2_after_a_store_worker_kill_without_a_republish(ray_local, tmp_path):
+    import os
+    import signal
+
+    import numpy as np
+
+    from tests.store.store_helpers import wait_until
+
+    cfg = tiny_config(parallelism={"actor": 2}, train={"total_env_steps": 2560}, sync={"durable": True})
+    with RoleSession(cfg, Cluster(), l2_dir=str(tmp_path / "l2")) as roles:
+        loop = OnPolicyLoop(cfg, roles, 0, 0)
+        (pid,) = roles.fleet.pids()
+        results = []
+        for it in loop:
+            results.append(it)
+            if it.iteration == 3:  # the learners are idle until the loop resumes: nobody can republish
+                before = roles.store.fetch("policy")
+                os.kill(pid, signal.SIGKILL)
+                wait_until(lambda: roles.fleet.restarts() == [1], timeout=60, what="the worker's restart")
+                client = wait_until(lambda: _connect(roles.fleet.connector), timeout=60,
+                                    what="the restarted worker to serve")
+                restored = roles.store.fetch("policy")
+                recovered = client.stats()["cluster"]["counters"]["versions_recovered"]
+                client.close()
+        latest = roles.store.latest_version("policy")
+    assert restored[0] == before[0] == 3  # the restarted worker (empty memory) serves version 3 ...
+    for name, value in before[1].items():
+        np.testing.assert_array_equal(restored[1][name].numpy(), value.numpy(), err_msg=name)
+    assert recovered >= 2  # ... read back from its L2 directory (commit record and shard), not republished
+    assert results[-1].stats["republished"] == 0 and loop.republished == 0
+    assert [sum(i["env_steps"] for i in it.infos) for it in results] == [256] * 10 and latest == 10
+
+
+def _connect(connector):
+    """A client of the driver's node worker, or None while it does not serve yet."""
+    try:
+        return connector()
+    except OSError:
+        return None
