@@ -144,6 +144,13 @@ class ActorCriticState:
                 out[prefix + k] = np.asarray(v, np.float32)
         return out
 
+    def load_weights(self, weights: dict[str, np.ndarray]) -> None:
+        """Model and normalizer statistics from published ``weights()`` (the inverse of it)."""
+        model = {k[len(keys.MODEL):]: torch.as_tensor(np.array(v)) for k, v in weights.items() if k.startswith(keys.MODEL)}
+        self.model.load_state_dict(model)
+        for prefix, rms in ((keys.OBS_RMS, self.obs_rms), (keys.RET_RMS, self.ret_rms)):
+            rms.load({k[len(prefix):]: np.asarray(v) for k, v in weights.items() if k.startswith(prefix)})
+
     def state(self) -> dict[str, Any]:
         return {
             "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
@@ -185,6 +192,9 @@ class ActorCriticLearner(AlgorithmLearner):
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.ac.load_state(state)
+
+    def load_weights(self, weights: dict[str, np.ndarray]) -> None:
+        self.ac.load_weights(weights)
 
 
 class ValueRecorder(StepRecorder):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from kilorl.trainer import Cluster
 from kilorl.trainer.loop import OnPolicyLoop
 from kilorl.trainer.session import RoleSession
@@ -124,3 +126,38 @@ def _connect(connector):
         return connector()
     except OSError:
         return None
+
+
+@pytest.mark.slow
+def test_a_resumed_durable_run_continues_from_the_last_published_version_not_the_older_checkpoint(ray_local, tmp_path):
+    import json
+    import shutil
+
+    import numpy as np
+
+    from kilorl.trainer import Trainer
+    from kilorl.trainer.checkpoint import latest_checkpoint, load_checkpoint
+
+    cfg = tiny_config(train={"total_env_steps": 2048}, checkpoint={"every_env_steps": 1024, "keep": 3},
+                      sync={"durable": True}, store={"keep_versions": 3})
+    run = tmp_path / "run"
+    b = cfg.batch_size  # 128 env steps per version
+    Trainer(cfg, run).fit()  # versions 0..16 published durably; checkpoints at iterations 8 and 16
+    last = latest_checkpoint(run)
+    newest_state, newest_meta = load_checkpoint(last)
+    shutil.rmtree(last)  # as if the run died after publishing version 16 but before checkpointing it
+    state, meta = load_checkpoint(latest_checkpoint(run))
+    assert (meta["iteration"], newest_meta["iteration"]) == (8, 16)
+
+    with RoleSession(cfg, Cluster(), state, meta["iteration"], l2_dir=str(run.resolve() / "store-l2")) as roles:
+        import ray
+
+        digest = ray.get(roles.learners[0].weights_digest.remote())
+        iteration, skipped = roles.iteration, roles.resumed_versions
+    assert (iteration, skipped) == (16, 8)  # the store's newest durable version, not the checkpoint's
+    assert digest == float(sum(np.asarray(v, np.float64).sum() for v in newest_state["model"].values()))
+
+    result = Trainer.resume(run, overrides=[f"train.total_env_steps={2048 + 2 * b}"]).fit()
+    steps = [json.loads(x)["env_steps"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-3:] == [2048, 2048 + b, 2048 + 2 * b]  # versions 17 and 18 follow 16: nothing replayed from 8
+    assert result.env_steps == 2048 + 2 * b
