@@ -101,8 +101,10 @@ class ActorCriticState:
 
         Each rank holds a share of the batch; summing count, sum and sum of squares over
         ranks gives the statistics of the whole batch, so the split of actors over learners
-        does not change the result (with one rank it is plain normalization).
+        does not change the result. One learner normalizes on its own tensor (no host sync).
         """
+        if self.cfg.parallelism.learner == 1:
+            return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         a = advantages.detach().double()
         sums = self.grad_sync.sum_tensor(torch.stack([torch.tensor(float(a.numel()), dtype=torch.float64),
                                                       a.sum(), (a * a).sum()]).cpu())

@@ -46,7 +46,7 @@ class A2CLearner(ActorCriticLearner):
         obs, actions = ac.tensor(steps[keys.OBS]), ac.tensor(steps[keys.ACTIONS])
         advantages = torch.as_tensor(adv.reshape(-1), device=ac.device)
         returns = torch.as_tensor(ret.reshape(-1), device=ac.device)
-        if algo.norm_adv:  # over every rank's share of the batch
+        if algo.norm_adv and advantages.numel() > 1:  # over every rank's share of the batch
             advantages = ac.normalized(advantages)
         lr = ac.set_lr(env_steps_total)
         micro = max(1, self.cfg.train.gradient_accumulation_steps)
