@@ -32,7 +32,8 @@ def test_two_learners_meet_at_rank_0s_address_and_take_identical_steps(ray_local
 
 
 def _trained_weights(cfg, batches, world: int) -> list[dict[str, np.ndarray]]:
-    """Every rank's model weights after one update per batch; rank r trains on actors r, r + world, ...
+    """Rank 0's initial model weights, then every rank's after one update per batch (rank r
+    trains on actors r, r + world, ...).
 
     ``world`` learners meet over the trainer's own path (rank 0's rendezvous, gloo, the
     learner's ``GradientSync``), each in its own Ray process, as ``OnPolicyLoop`` feeds them.
@@ -45,6 +46,7 @@ def _trained_weights(cfg, batches, world: int) -> list[dict[str, np.ndarray]]:
     try:
         master = ray.get(learners[0].rendezvous.remote()) if world > 1 else None
         ray.get([lr.start.remote(master) for lr in learners])
+        initial = ray.get(learners[0].state.remote())
         for version, rollouts in enumerate(batches, start=1):
             steps = version * cfg.batch_size
             ray.get([lr.update.remote(version, steps, *rollouts[r::world]) for r, lr in enumerate(learners)])
@@ -52,7 +54,7 @@ def _trained_weights(cfg, batches, world: int) -> list[dict[str, np.ndarray]]:
     finally:
         for h in [*learners, *store.shards]:
             ray.kill(h)
-    return [{k: v.numpy() for k, v in s["model"].items()} for s in states]
+    return [{k: v.numpy() for k, v in s["model"].items()} for s in [initial, *states]]
 
 
 @pytest.mark.parametrize(("algo", "micro"), [("ppo", 1), ("ppo", 4), ("a2c", 1), ("a2c", 4)])
@@ -64,9 +66,8 @@ def test_one_and_two_learners_on_the_same_rollouts_end_with_equal_parameters(ray
                 "env": {"normalize_obs": True}}
     # three updates, two actors' rollouts each (with observation moments, so the normalizer is merged too)
     batches = [[fake_rollout(seed=10 * i + a, with_moments=True) for a in range(2)] for i in range(3)]
-    one = _trained_weights(tiny_config(parallelism={"learner": 1, "actor": 2}, **sections), batches, 1)[0]
-    two = _trained_weights(tiny_config(parallelism={"learner": 2, "actor": 2}, **sections), batches, 2)
-    untrained = _trained_weights(tiny_config(parallelism={"learner": 1, "actor": 2}, **sections), [], 1)[0]
+    untrained, one = _trained_weights(tiny_config(parallelism={"learner": 1, "actor": 2}, **sections), batches, 1)
+    _, *two = _trained_weights(tiny_config(parallelism={"learner": 2, "actor": 2}, **sections), batches, 2)
     for name, value in one.items():
         assert not np.allclose(value, untrained[name]), f"{name} did not train"  # the comparison means something
         np.testing.assert_array_equal(two[0][name], two[1][name])  # the ranks took identical steps
