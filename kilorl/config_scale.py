@@ -54,7 +54,10 @@ class SyncSection(Section):
     prefix are ``sync``."""
     durable: bool = False
     """Publish parameters ``WRITE_THROUGH_L2`` (fsynced to the worker's L2 before the
-    publish returns), so a restarted worker still has the last published version."""
+    publish returns), so a restarted store worker still serves the last published version
+    (nothing is republished), and a resumed run (``kilorl train --resume``, or a restore
+    after a lost learner) continues from that version when it is newer than the checkpoint
+    (docs/architecture.md, "Distributed engine")."""
 
     @model_validator(mode="after")
     def _groups_only_for_hybrid(self) -> SyncSection:

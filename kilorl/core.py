@@ -199,3 +199,7 @@ class AlgorithmLearner(abc.ABC):
     @abc.abstractmethod
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore what ``state`` returned."""
+
+    def load_weights(self, weights: dict[str, np.ndarray]) -> None:
+        """Take published ``weights()`` (a durable version a resumed run continues from)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot resume from published weights")

@@ -96,6 +96,23 @@ class ActorCriticState:
         self.optimizer.step()
         return norm
 
+    def normalized(self, advantages: torch.Tensor) -> torch.Tensor:
+        """``(a - mean) / (std + 1e-8)`` with mean and std over every rank's samples.
+
+        Each rank holds a share of the batch; summing count, sum and sum of squares over
+        ranks gives the statistics of the whole batch, so the split of actors over learners
+        does not change the result. One learner normalizes on its own tensor (no host sync).
+        """
+        if self.cfg.parallelism.learner == 1:
+            return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        a = advantages.detach().double()
+        sums = self.grad_sync.sum_tensor(torch.stack([torch.tensor(float(a.numel()), dtype=torch.float64),
+                                                      a.sum(), (a * a).sum()]).cpu())
+        n, s1, s2 = (float(v) for v in sums)
+        mean = s1 / n
+        std = (max(s2 - n * mean * mean, 0.0) / max(n - 1.0, 1.0)) ** 0.5  # unbiased, as torch.std
+        return (advantages - mean) / (std + 1e-8)
+
     def tensor(self, array: np.ndarray, flat_dims: int = 2) -> torch.Tensor:
         """``[T, N, ...]`` -> ``[T*N, ...]`` on the learner's device (a copy: Ray's views are read-only)."""
         return torch.tensor(array.reshape(-1, *array.shape[flat_dims:]), device=self.device)
@@ -128,6 +145,13 @@ class ActorCriticState:
             for k, v in rms.state().items():
                 out[prefix + k] = np.asarray(v, np.float32)
         return out
+
+    def load_weights(self, weights: dict[str, np.ndarray]) -> None:
+        """Model and normalizer statistics from published ``weights()`` (the inverse of it)."""
+        model = {k[len(keys.MODEL):]: torch.as_tensor(np.array(v)) for k, v in weights.items() if k.startswith(keys.MODEL)}
+        self.model.load_state_dict(model)
+        for prefix, rms in ((keys.OBS_RMS, self.obs_rms), (keys.RET_RMS, self.ret_rms)):
+            rms.load({k[len(prefix):]: np.asarray(v) for k, v in weights.items() if k.startswith(prefix)})
 
     def state(self) -> dict[str, Any]:
         return {
@@ -170,6 +194,9 @@ class ActorCriticLearner(AlgorithmLearner):
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.ac.load_state(state)
+
+    def load_weights(self, weights: dict[str, np.ndarray]) -> None:
+        self.ac.load_weights(weights)
 
 
 class ValueRecorder(StepRecorder):

@@ -66,7 +66,10 @@ class LearnerRole(Learner):
         master: tuple[str, int] | None = None,
         state: dict[str, Any] | None = None,
         grad_sync: GradientSync | None = None,
+        weights_version: int | None = None,
     ) -> None:
+        """``weights_version``: after ``state``, take the model and normalizers of this
+        published version from ``store`` (a resumed durable run, ``sync.durable``)."""
         torch.set_num_threads(cfg.train.torch_threads)
         torch.manual_seed(cfg.train.seed)
         if world > 1:
@@ -80,6 +83,9 @@ class LearnerRole(Learner):
         self.algorithm = get_algorithm(cfg.algo.name).load("learner")(cfg, obs_space, action_space, self.grad_sync)
         if state is not None:
             self.algorithm.load_state(state)
+        if weights_version is not None:
+            _, tensors = store.fetch(keys.POLICY, weights_version)
+            self.algorithm.load_weights({k: t.numpy() for k, t in tensors.items()})
         self._warm_up: threading.Thread | None = None
 
     def publish(self, version: int) -> None:

@@ -69,6 +69,8 @@ class RoleSession:
     """The run's store workers (``StoreFleet``)."""
     l2_dir: str | None = None
     """Where the run's store workers keep durable (``sync.durable``) parameters."""
+    resumed_versions: int = 0
+    """Versions a durable resume skipped past the checkpoint (see ``_durable_version``)."""
     _started_ray: bool = False
 
     def __enter__(self) -> RoleSession:
@@ -111,11 +113,13 @@ class RoleSession:
         else:
             self.fleet.attach(ray.get_runtime_context().get_node_id())
         self.store = parameter_store(cfg, self.fleet)
+        weights_version = self._durable_version()
         backend = self.cluster.backend_for(cfg.train.device)
         learner_cls = ray.remote(LearnerProcess)
         for r in range(par.learner):
             self.learners.append(learner_cls.options(**self.placement.options("learner", r)).remote(
-                cfg, self.store, r, par.learner, backend, state=self.state, **report))
+                cfg, self.store, r, par.learner, backend, state=self.state, weights_version=weights_version,
+                **report))
         # No task retries inside Ray: the loop re-collects a lost rollout itself, and counts it.
         actor_cls = ray.remote(max_restarts=ACTOR_MAX_RESTARTS, max_task_retries=0)(ActorProcess)
         # Fresh seeds after a resume, so a continued run does not replay the same episodes.
@@ -142,6 +146,22 @@ class RoleSession:
         self.fleet.resolve()  # every worker answered above: records the addresses at once
         self.times.spawn_s = time.perf_counter() - t1
         self.times.total_s = time.perf_counter() - t0
+
+    def _durable_version(self) -> int | None:
+        """With ``sync.durable``, a resumed run whose store kept a version newer than its
+        checkpoint continues from that version: the learners take its weights and
+        normalizers (optimizer moments and RNG stay the checkpoint's), ``iteration``
+        moves there and ``resumed_versions`` says by how many versions."""
+        if not self.cfg.sync.durable or self.state is None:
+            return None
+        from kilorl.algos import keys
+
+        latest = self.store.latest_version(keys.POLICY)
+        if latest is None or latest <= self.iteration:
+            return None
+        self.resumed_versions = latest - self.iteration
+        self.iteration = latest
+        return latest
 
     def _store_fleet(self) -> StoreFleet:
         from kilorl.trainer.store_fleet import StoreFleet

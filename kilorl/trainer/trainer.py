@@ -7,6 +7,7 @@ holds no algorithm-specific code: the algorithm is whatever ``algo.name`` regist
 
 from __future__ import annotations
 
+import shutil
 import time
 import warnings
 from dataclasses import dataclass
@@ -105,6 +106,9 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(dump_config(cfg))
         state, meta = load_checkpoint(self._resume_from) if self._resume_from is not None else (None, {})
+        if self._resume_from is None or not cfg.sync.durable:
+            # versions kept by an earlier run in this directory are not this run's to continue from
+            shutil.rmtree(self.l2_dir, ignore_errors=True)
         for attempt in range(LEARNER_MAX_RESTORES + 1):
             try:
                 return self._session(state, meta, t_start)
@@ -120,6 +124,11 @@ class Trainer:
                 state, meta = load_checkpoint(last)
         raise AssertionError("unreachable")
 
+    @property
+    def l2_dir(self) -> Path:
+        """Where the run's store workers keep durable (``sync.durable``) parameter versions."""
+        return self.run_dir / "store-l2"
+
     def _session(self, state: dict | None, meta: dict, t_start: float) -> TrainResult:
         """One set of roles from ``state`` to the end of the run (or a lost learner)."""
         from kilorl.trainer import preload
@@ -131,8 +140,10 @@ class Trainer:
 
         cfg = self.cfg
         env_steps, iteration = int(meta.get("env_steps", 0)), int(meta.get("iteration", 0))
-        with RoleSession(cfg, self.cluster, state, iteration, l2_dir=str(self.run_dir.resolve() / "store-l2"),
+        with RoleSession(cfg, self.cluster, state, iteration, l2_dir=str(self.l2_dir.resolve()),
                          run_dir=self.run_dir) as roles:
+            # a durable resume continues from the newest published version: one batch per version
+            iteration, env_steps = roles.iteration, env_steps + roles.resumed_versions * cfg.batch_size
             startup_s = time.time() - t_start
             if roles.monitor is not None:
                 print(roles.monitor.describe(), flush=True)
@@ -141,7 +152,7 @@ class Trainer:
                                 cfg.model_dump(mode="json"), env_steps)
             metrics = MetricsWriter(self.run_dir, cfg.train.total_env_steps, cfg.logging.tensorboard, cfg.logging.progress)
             startup = {"startup_s": startup_s, "startup_process_s": _process_age(), **roles.times.as_row()}
-            reporter = Reporter(cfg, metrics, meta, t_start, startup)
+            reporter = Reporter(cfg, metrics, {**meta, "env_steps": env_steps}, t_start, startup)
             try:
                 env_steps, iteration = self._train(roles, OnPolicyLoop(cfg, roles, iteration, env_steps), reporter, ckpt)
             finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from kilorl.roles.parameter_store import RayParameterStore
 from kilorl.roles.remote import LearnerProcess
@@ -28,3 +29,46 @@ def test_two_learners_meet_at_rank_0s_address_and_take_identical_steps(ray_local
     assert store.latest_version("policy") == 1  # rank 0 published
     for h in [*learners, *store.shards]:
         ray.kill(h)
+
+
+def _trained_weights(cfg, batches, world: int) -> list[dict[str, np.ndarray]]:
+    """Rank 0's initial model weights, then every rank's after one update per batch (rank r
+    trains on actors r, r + world, ...).
+
+    ``world`` learners meet over the trainer's own path (rank 0's rendezvous, gloo, the
+    learner's ``GradientSync``), each in its own Ray process, as ``OnPolicyLoop`` feeds them.
+    """
+    import ray
+
+    store = RayParameterStore.create(1)
+    remote = ray.remote(num_cpus=1)(LearnerProcess)
+    learners = [remote.remote(cfg, store, r, world, "gloo") for r in range(world)]
+    try:
+        master = ray.get(learners[0].rendezvous.remote()) if world > 1 else None
+        ray.get([lr.start.remote(master) for lr in learners])
+        initial = ray.get(learners[0].state.remote())
+        for version, rollouts in enumerate(batches, start=1):
+            steps = version * cfg.batch_size
+            ray.get([lr.update.remote(version, steps, *rollouts[r::world]) for r, lr in enumerate(learners)])
+        states = ray.get([lr.state.remote() for lr in learners])
+    finally:
+        for h in [*learners, *store.shards]:
+            ray.kill(h)
+    return [{k: v.numpy() for k, v in s["model"].items()} for s in [initial, *states]]
+
+
+@pytest.mark.parametrize(("algo", "micro"), [("ppo", 1), ("ppo", 4), ("a2c", 1), ("a2c", 4)])
+def test_one_and_two_learners_on_the_same_rollouts_end_with_equal_parameters(ray_local, algo, micro):
+    fields = {"name": algo, "rollout_length": 32}
+    if algo == "ppo":
+        fields |= {"num_minibatches": 2, "update_epochs": 2}
+    sections = {"algo": fields, "train": {"gradient_accumulation_steps": micro, "total_env_steps": 4096},
+                "env": {"normalize_obs": True}}
+    # three updates, two actors' rollouts each (with observation moments, so the normalizer is merged too)
+    batches = [[fake_rollout(seed=10 * i + a, with_moments=True) for a in range(2)] for i in range(3)]
+    untrained, one = _trained_weights(tiny_config(parallelism={"learner": 1, "actor": 2}, **sections), batches, 1)
+    _, *two = _trained_weights(tiny_config(parallelism={"learner": 2, "actor": 2}, **sections), batches, 2)
+    for name, value in one.items():
+        assert not np.allclose(value, untrained[name]), f"{name} did not train"  # the comparison means something
+        np.testing.assert_array_equal(two[0][name], two[1][name])  # the ranks took identical steps
+        np.testing.assert_allclose(two[0][name], value, rtol=1e-4, atol=1e-5, err_msg=name)

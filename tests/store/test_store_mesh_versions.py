@@ -165,3 +165,37 @@ def test_a_new_version_reaches_many_workers_through_the_relay(cluster_of, metast
         assert sent + relayed == 4 * len(value)  # one copy per worker, whoever sent it
         for c in readers:
             c.flush_releases()
+
+
+@pytest.mark.timeout(120)
+def test_a_restarted_head_puts_the_durable_versions_it_recovered_from_l2_back_into_the_history(tmp_path):
+    from store_helpers import WorkerProcess
+
+    from kilorl.store import WriteMode
+
+    args = ["--shm-size", "64MiB", "--l2-dir", str(tmp_path / "l2"), "--keep-versions", "3", "--head"]
+    w = WorkerProcess(tmp_path, *args, name="head").start()
+    try:
+        with w.client() as c:
+            for v in range(1, 5):
+                c.publish("p", payload(v, 4096), version=v, write_mode=WriteMode.WRITE_THROUGH_L2)
+            c.publish("scratch", payload(9, 4096), version=1)  # not durable: gone after the restart
+        port = w.port
+        w.kill9()
+        w = WorkerProcess(tmp_path, *args, "--port", str(port), name="head").start()  # same port, empty memory
+        assert w.port == port
+        with w.client() as c:
+            assert c.latest_version("p") == 4 and c.latest_version("scratch") is None
+            np.testing.assert_array_equal(np.asarray(c.get_version("p").value), payload(4, 4096))
+            np.testing.assert_array_equal(np.asarray(c.get_version("p", 2).value), payload(2, 4096))
+            with pytest.raises(VersionGone):  # only the newest keep_versions were kept
+                c.get_version("p", 1)
+            assert c.stats()["cluster"]["counters"]["versions_recovered"] == 3
+            c.publish("p", payload(5, 4096), version=5)  # the history goes on from the recovered one
+            with pytest.raises(InvalidRequest):
+                c.publish("p", payload(4, 4096), version=4)
+    finally:
+        if w.alive():
+            w.proc.kill()
+            w.proc.wait(10)
+        w.remove_arena()

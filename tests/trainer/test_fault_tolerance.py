@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from kilorl.trainer import Cluster
 from kilorl.trainer.loop import OnPolicyLoop
 from kilorl.trainer.session import RoleSession
@@ -83,3 +85,79 @@ def test_a_killed_store_worker_is_restarted_and_the_run_goes_on_with_the_version
     # The restarted worker holds the newest version: the learner reconnected and published on
     # (actors that met it empty had the current version republished: stats["republished"]).
     assert latest == 10
+
+
+def test_a_durable_version_comes_back_from_l2_after_a_store_worker_kill_without_a_republish(ray_local, tmp_path):
+    import os
+    import signal
+
+    import numpy as np
+
+    from tests.store.store_helpers import wait_until
+
+    cfg = tiny_config(parallelism={"actor": 2}, train={"total_env_steps": 2560}, sync={"durable": True})
+    with RoleSession(cfg, Cluster(), l2_dir=str(tmp_path / "l2")) as roles:
+        loop = OnPolicyLoop(cfg, roles, 0, 0)
+        (pid,) = roles.fleet.pids()
+        results = []
+        for it in loop:
+            results.append(it)
+            if it.iteration == 3:  # the learners are idle until the loop resumes: nobody can republish
+                before = roles.store.fetch("policy")
+                os.kill(pid, signal.SIGKILL)
+                wait_until(lambda: roles.fleet.restarts() == [1], timeout=60, what="the worker's restart")
+                client = wait_until(lambda: _connect(roles.fleet.connector), timeout=60,
+                                    what="the restarted worker to serve")
+                restored = roles.store.fetch("policy")
+                recovered = client.stats()["cluster"]["counters"]["versions_recovered"]
+                client.close()
+        latest = roles.store.latest_version("policy")
+    assert restored[0] == before[0] == 3  # the restarted worker (empty memory) serves version 3 ...
+    for name, value in before[1].items():
+        np.testing.assert_array_equal(restored[1][name].numpy(), value.numpy(), err_msg=name)
+    assert recovered >= 2  # ... read back from its L2 directory (commit record and shard), not republished
+    assert results[-1].stats["republished"] == 0 and loop.republished == 0
+    assert [sum(i["env_steps"] for i in it.infos) for it in results] == [256] * 10 and latest == 10
+
+
+def _connect(connector):
+    """A client of the driver's node worker, or None while it does not serve yet."""
+    try:
+        return connector()
+    except OSError:
+        return None
+
+
+@pytest.mark.slow
+def test_a_resumed_durable_run_continues_from_the_last_published_version_not_the_older_checkpoint(ray_local, tmp_path):
+    import json
+    import shutil
+
+    import numpy as np
+
+    from kilorl.trainer import Trainer
+    from kilorl.trainer.checkpoint import latest_checkpoint, load_checkpoint
+
+    cfg = tiny_config(train={"total_env_steps": 2048}, checkpoint={"every_env_steps": 1024, "keep": 3},
+                      sync={"durable": True}, store={"keep_versions": 3})
+    run = tmp_path / "run"
+    b = cfg.batch_size  # 128 env steps per version
+    Trainer(cfg, run).fit()  # versions 0..16 published durably; checkpoints at iterations 8 and 16
+    last = latest_checkpoint(run)
+    newest_state, newest_meta = load_checkpoint(last)
+    shutil.rmtree(last)  # as if the run died after publishing version 16 but before checkpointing it
+    state, meta = load_checkpoint(latest_checkpoint(run))
+    assert (meta["iteration"], newest_meta["iteration"]) == (8, 16)
+
+    with RoleSession(cfg, Cluster(), state, meta["iteration"], l2_dir=str(run.resolve() / "store-l2")) as roles:
+        import ray
+
+        digest = ray.get(roles.learners[0].weights_digest.remote())
+        iteration, skipped = roles.iteration, roles.resumed_versions
+    assert (iteration, skipped) == (16, 8)  # the store's newest durable version, not the checkpoint's
+    assert digest == float(sum(np.asarray(v, np.float64).sum() for v in newest_state["model"].values()))
+
+    result = Trainer.resume(run, overrides=[f"train.total_env_steps={2048 + 2 * b}"]).fit()
+    steps = [json.loads(x)["env_steps"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-3:] == [2048, 2048 + b, 2048 + 2 * b]  # versions 17 and 18 follow 16: nothing replayed from 8
+    assert result.env_steps == 2048 + 2 * b

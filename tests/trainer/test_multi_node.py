@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 
@@ -22,3 +24,19 @@ def test_two_raylets_each_get_a_store_worker_and_roles_use_their_own_nodes():
     assert r["actor_versions"] == [0, 0]  # node B's worker had version 0 (the writer fanned out to it)
     assert sorted(r["learner_nodes"]) == sorted(r["nodes"])  # one learner per node
     assert r["digests"][0] == r["digests"][1]  # they all-reduced: identical after a step on different data
+
+
+@pytest.mark.slow
+def test_the_mesh_heads_store_worker_killed_mid_run_comes_back_and_every_nodes_actors_keep_getting_versions():
+    out = subprocess.run([sys.executable, "-m", "tests.trainer.head_recovery_check"], capture_output=True, text=True,
+                         timeout=480, cwd=REPO, env={**os.environ, "RAY_ADDRESS": ""})
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["restarts"] == [1, 0] and r["head_pid_changed"]  # the head's worker died once and came back
+    assert [row["steps"] for row in r["rows"]] == [256] * 10  # the run went on, every batch full
+    for row in r["rows"]:  # both actors (one per node) collected every batch with the newest version
+        assert row["versions"] == [row["iteration"] - 1] * 2, row
+    assert r["members"] == [sorted(r["workers"])] * 2  # the joiner re-joined the restarted head's ring
+    assert set(r["latest"].values()) == {10}  # the last version reached both nodes' workers
+    # and each actor reads from its own node's worker again (the client came back from its failover)
+    assert [address for _, address in r["actor_sources"]] == r["workers"]

@@ -46,8 +46,8 @@ class A2CLearner(ActorCriticLearner):
         obs, actions = ac.tensor(steps[keys.OBS]), ac.tensor(steps[keys.ACTIONS])
         advantages = torch.as_tensor(adv.reshape(-1), device=ac.device)
         returns = torch.as_tensor(ret.reshape(-1), device=ac.device)
-        if algo.norm_adv and advantages.numel() > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        if algo.norm_adv and advantages.numel() > 1:  # over every rank's share of the batch
+            advantages = ac.normalized(advantages)
         lr = ac.set_lr(env_steps_total)
         micro = max(1, self.cfg.train.gradient_accumulation_steps)
         parts = torch.arange(advantages.numel(), device=ac.device).chunk(micro)
@@ -61,9 +61,10 @@ class A2CLearner(ActorCriticLearner):
                 policy = -(advantages[part] * logp).mean()
                 value = 0.5 * ((returns[part] - values) ** 2).mean()
                 ent = entropy.mean()
-                ((policy + algo.vf_coef * value - algo.ent_coef * ent) / micro).backward()
+                share = len(part) / advantages.numel()  # a part's share of the batch mean
+                ((policy + algo.vf_coef * value - algo.ent_coef * ent) * share).backward()
             for k, v in (("policy_loss", policy), ("value_loss", value), ("entropy", ent)):
-                totals[k] += float(v.detach()) / micro
+                totals[k] += float(v.detach()) * share
         grad_norm = ac.step()
         ac.updates += 1
         return {**totals, "lr": lr, "grad_norm": float(grad_norm),

@@ -20,6 +20,24 @@ if TYPE_CHECKING:
 _STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 
 
+def minibatches(T: int, N: int, envs_per_actor: int, num_minibatches: int, device: torch.device) -> list[torch.Tensor]:
+    """One epoch's minibatches: index sets into the flat ``[T * N]`` batch.
+
+    Drawn over (time step, env within an actor) positions, a minibatch takes its positions
+    from every actor's block of ``envs_per_actor`` env columns. A rank holding some of the
+    actors draws the same positions (same seed), so the ranks' minibatches together are
+    the one learner's minibatch: 1 and K learners take the same steps. With one block (one
+    actor) this is a plain random permutation of the batch.
+    """
+    block = envs_per_actor if envs_per_actor > 0 and N % envs_per_actor == 0 else N
+    positions = T * block
+    perm = torch.randperm(positions, device=device)
+    base = (perm // block) * N + perm % block
+    blocks = torch.arange(0, N, block, device=device)
+    per = max(1, positions // num_minibatches)
+    return [(base[s : s + per, None] + blocks[None, :]).reshape(-1) for s in range(0, positions, per)]
+
+
 class PPOLearner(ActorCriticLearner):
     """With several learners each rank holds a shard of the batch; ``grad_sync`` averages
     gradients (and the early-stopping KL) so every rank takes the identical step."""
@@ -42,16 +60,13 @@ class PPOLearner(ActorCriticLearner):
         advantages = torch.as_tensor(adv.reshape(-1), device=ac.device)
         returns = torch.as_tensor(ret.reshape(-1), device=ac.device)
         lr = ac.set_lr(env_steps_total)
-        size = advantages.numel()
-        mb_size = size // algo.num_minibatches
+        T, N = steps[keys.REWARDS].shape[:2]
         stats: dict[str, list[torch.Tensor]] = {k: [] for k in _STATS}
         grad_norms: list[torch.Tensor] = []
         stopped_early = 0.0
         for _epoch in range(algo.update_epochs):
-            perm = torch.randperm(size, device=ac.device)
             epoch_kl: list[torch.Tensor] = []
-            for start in range(0, size, mb_size):
-                idx = perm[start : start + mb_size]
+            for idx in minibatches(T, N, self.cfg.parallelism.envs_per_actor, algo.num_minibatches, ac.device):
                 ac.optimizer.zero_grad(set_to_none=True)
                 self._minibatch(idx, obs, actions, old_logp, old_values, advantages, returns, stats, epoch_kl)
                 grad_norms.append(ac.step())
@@ -73,21 +88,24 @@ class PPOLearner(ActorCriticLearner):
         ac, algo = self.ac, self.algo
         micro = max(1, self.cfg.train.gradient_accumulation_steps)
         parts = idx.chunk(micro)
-        mb_adv = advantages[idx]
+        # Whole-minibatch advantage statistics (over every rank's share of it): micro-batching
+        # and the number of learners change memory use and communication, not the maths.
+        norm = ac.normalized(advantages[idx]) if algo.norm_adv else advantages[idx]
+        offset = 0
         for i, part in enumerate(parts):
             # Only the last micro-batch's backward may communicate (DDP's no_sync contract).
             quiet = ac.grad_sync.no_sync() if i < len(parts) - 1 else contextlib.nullcontext()
             with quiet:
                 with ac.autocast():
                     new_logp, entropy, new_values = ac.module.evaluate_actions(obs[part], actions[part])
-                # Whole-minibatch advantage statistics: micro-batching changes memory use, not the maths.
-                norm = (advantages[part] - mb_adv.mean()) / (mb_adv.std() + 1e-8) if algo.norm_adv else advantages[part]
                 loss = ppo_loss(
-                    new_logp, old_logp[part], norm, new_values, old_values[part], returns[part], entropy,
+                    new_logp, old_logp[part], norm[offset : offset + len(part)], new_values, old_values[part],
+                    returns[part], entropy,
                     clip_coef=algo.clip_coef, vf_coef=algo.vf_coef, ent_coef=algo.ent_coef,
                     clip_vloss=algo.clip_vloss, norm_adv=False,
                 )
-                (loss.total / micro).backward()
+                (loss.total * (len(part) / len(idx))).backward()  # a part's share of the minibatch mean
+            offset += len(part)
             for k, v in zip(_STATS, (loss.policy, loss.value, loss.entropy, loss.approx_kl, loss.clip_fraction)):
                 stats[k].append(v.detach())
             epoch_kl.append(loss.approx_kl)

@@ -36,6 +36,9 @@ from kilorl.store.wire import codec as serialization
 from kilorl.store.wire.protocol import FramedSocket, host_identity, parse_address
 from kilorl.store.wire.shm import Arena
 
+HOME_CHECK_S = 1.0
+"""How often a failed-over client checks whether its own worker serves again."""
+
 
 class StoreClient:
     """KV, versioned-object and stream API of one worker. Thread-safe (one connection)."""
@@ -54,6 +57,10 @@ class StoreClient:
         self.arena: Arena | None = None
         self.members: list[str] = []
         self.failovers = 0
+        self.home = address
+        """The worker this client was given (e.g. its node's): after a failover it goes back
+        there once that worker serves again, so node-local (zero-copy) reads come back."""
+        self._home_check_at = 0.0
         self._connect(address)
 
     def _connect(self, address: str) -> None:
@@ -105,9 +112,27 @@ class StoreClient:
                 continue
         raise ConnectionLost(f"no member of the cluster is reachable (last error: {why})") from why
 
+    def _return_home(self) -> None:
+        """After a failover, reconnect to ``home`` once it accepts connections (checked at most
+        every ``HOME_CHECK_S``); while it does not, stay on the member we failed over to."""
+        now = time.monotonic()
+        if self.address == self.home or now < self._home_check_at:
+            return
+        self._home_check_at = now + HOME_CHECK_S
+        try:
+            socket.create_connection(parse_address(self.home), timeout=0.2).close()
+        except OSError:
+            return
+        self._fs.close()
+        try:
+            self._connect(self.home)
+        except (OSError, StoreError) as exc:
+            self._failover(exc)
+
     def _retrying(self, fn, *args, **kw):
         """Runs one operation; on a cluster, a lost or leaving worker is replaced by another
         member and the operation repeated (bounded: 8 tries within 30 s)."""
+        self._return_home()
         deadline = time.monotonic() + 30.0
         for attempt in range(8):
             try:

@@ -109,7 +109,7 @@ class MeshNode(Router):
         self._writes = 0
         self._writes_cond = threading.Condition()
         self.counters = {"remote_gets": 0, "remote_ranges": 0, "l2_loads": 0, "records_received": 0,
-                         "records_sent": 0, "handed_off": 0, "adopted": 0}
+                         "records_sent": 0, "handed_off": 0, "adopted": 0, "versions_recovered": 0}
         if cfg.head:
             self.metastore = BuiltinMetastore()
             service = MetastoreService(self.metastore)
@@ -128,6 +128,8 @@ class MeshNode(Router):
                                self.counters, self.reads.rescue)
         self.book: VersionBook | None = None  # the mesh history (versions.register sets it)
         self.status_parts: list[Callable[[], dict[str, Any]]] = []  # more fields for info()
+        self.on_joined: list[Callable[[], None]] = []
+        """Run once this worker is in the ring, before it serves (e.g. re-announcing what L2 kept)."""
         worker.set_router(self)
         worker.add_service(self)
         # Objects indexed from a shared L2 directory belong to whoever wrote them: in a
@@ -144,6 +146,8 @@ class MeshNode(Router):
         threading.Thread(target=self.moves.run, name="rebalance", daemon=True).start()
         state = self.membership.join()
         log.info("member %s joined the ring at epoch %d (%d members)", self.id, state.epoch, len(state.ring))
+        for hook in self.on_joined:
+            hook()
 
     def drain(self) -> None:
         """Graceful leave: no new writes, then records and held objects go to the new owners."""

@@ -15,6 +15,7 @@ Owner-side ops: ``c.ver_reserve`` (the number a publish will use), ``c.ver_commi
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +32,8 @@ from kilorl.store.server.version_book import VersionBook
 if TYPE_CHECKING:
     from kilorl.store.mesh.node import MeshNode
     from kilorl.store.server.worker import Connection, Worker
+
+log = logging.getLogger("kilorl.store.mesh.versions")
 
 INDEX = "\x00vindex/"
 WAIT_SLICE_S = 2.0  # one long poll; the caller repeats it (and so follows ring changes)
@@ -181,6 +184,35 @@ def register(worker: Worker, node: MeshNode) -> None:
         node.links.local_ops[name] = fn
     node.book = MeshVersions(node, worker.rc.spec.keep_versions)
     node.status_parts.append(lambda: {"version_waiters": index.waiters})
+    node.on_joined.append(functools.partial(recover_from_l2, worker, node))
+
+
+def recover_from_l2(worker: Worker, node: MeshNode) -> int:
+    """Versions this worker found in its L2 directory at start (durable publishes from before
+    a restart) go back into the mesh history, oldest first, so readers find them again.
+
+    A version whose name the mesh already holds at that number or newer (published while
+    this worker was down) stays out: versions stay monotonic. Returns how many came back.
+    """
+    keep = worker.rc.spec.keep_versions
+    with worker.versions.cond:
+        found = {name: list(vs) for name, vs in worker.versions.versions.items()}
+    recovered = 0
+    for name, versions in found.items():
+        for v in versions:
+            key = version_key(name, v)
+            try:
+                if not node.announce(key, if_absent=True):
+                    continue  # the mesh has a record of this version already
+                node.meta_call(index_key(name), {"op": "c.ver_commit", "name": name, "version": v, "keep": keep})
+                recovered += 1
+            except InvalidRequest:
+                continue  # the history moved past it while this worker was down
+    with node.lock:
+        node.counters["versions_recovered"] += recovered
+    if recovered:
+        log.info("recovered %d durable versions from L2 into the mesh history", recovered)
+    return recovered
 
 
 def _handler(fn: Callable[[dict[str, Any], Any], dict[str, Any]], w: Worker, conn: Connection,
