@@ -54,6 +54,10 @@ class MigrationRecord:
     from_node: str
     to_node: str | None
     reason: str
+    iteration: int
+    """The last version published when the decision was taken."""
+    env_steps: int
+    """Env steps delivered when the decision was taken."""
     level_bytes: float
     """The suspect series' level at the decision."""
     limit_bytes: float | None
@@ -150,7 +154,7 @@ class Migrator:
         t0, wall = time.monotonic(), time.time()
         self._event(d, "decided")
         status = next((s for s in self._status.get((d.role, d.rank), []) if s.memory == d.memory), None)
-        record = MigrationRecord(d.role, d.rank, "failed", d.node, None, d.reason,
+        record = MigrationRecord(d.role, d.rank, "failed", d.node, None, d.reason, loop.iteration, loop.env_steps,
                                  status.level_bytes if status else float("nan"),
                                  status.limit_bytes if status else None, wall, None)
         print(f"migration: decided to move {d.role}[{d.rank}] off node {d.node}: {d.reason}", flush=True)
