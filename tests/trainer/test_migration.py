@@ -47,6 +47,7 @@ def test_room_prefers_the_freest_node_and_skips_dead_and_unnamed_ones():
     assert nodes_with_room(unnamed, free, {"CPU": 1.0}, exclude=B[:12]) == [A]
 
 
+@pytest.mark.slow
 def test_one_node_has_no_room_so_the_leaking_actor_is_checkpointed_and_the_run_stops(ray_local, tmp_path):
     cfg = migration_config([{"role": "actor", "rank": 0, "bytes_per_s": LEAK_BYTES_PER_S}], 256 * 4000)
     result = Trainer(cfg, tmp_path / "run").fit()
