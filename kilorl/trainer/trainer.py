@@ -178,6 +178,8 @@ class Trainer:
                     save()
                 if solved:
                     break
+                if roles.monitor is not None:
+                    roles.monitor.refresh()  # exporters for nodes that joined mid-run
                 if migrator is not None and migrator.round(loop):
                     stopped.append(migrator.stop_reason or "")
                     break

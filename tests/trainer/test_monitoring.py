@@ -177,3 +177,21 @@ def test_a_failed_start_up_stops_the_exporter_and_empties_the_targets_file(ray_l
     assert json.loads((run / "monitor" / "targets.json").read_text()) == []  # it was written, then emptied
     assert _listening_ports() - before == set()  # the driver's exporter no longer serves HTTP
     assert list(socket_dir(run).glob("*.sock")) == []  # nor takes snapshots
+
+
+@pytest.mark.slow
+def test_a_node_that_joins_mid_run_gets_an_exporter_and_one_that_leaves_is_dropped_from_the_targets():
+    import os
+    import sys
+
+    from tests.conftest import REPO
+
+    out = subprocess.run([sys.executable, "-m", "tests.trainer.monitor_nodes_check"], capture_output=True, text=True,
+                         timeout=300, cwd=REPO, env={**os.environ, "RAY_ADDRESS": ""})
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["at_start"] == [r["driver_node"]]
+    assert r["after_join"] == sorted([r["driver_node"], r["joined"]])
+    assert r["pushed"]  # a role on the joined node reaches that node's exporter
+    assert r["exposition"] == [f'kilorl_env_steps_total{{node="{r["joined"]}",rank="7",role="actor"}} 5.0']
+    assert r["after_leave"] == [r["driver_node"]]
