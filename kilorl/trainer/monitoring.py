@@ -17,11 +17,14 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kilorl.monitor.runtime import DriverMonitor, socket_dir, start_node_exporter
 from kilorl.monitor.settings import MonitorConfig, PrometheusConfig
 from kilorl.roles.monitoring import MonitorSpec, current_node, node_label
+
+if TYPE_CHECKING:
+    from kilorl.trainer.store_metrics import StoreTierReporter
 
 REFRESH_EVERY_S = 2.0
 """How often, at most, the driver looks for nodes that joined or left the cluster."""
@@ -51,6 +54,8 @@ class SessionMonitor:
         self._pending: dict[str, Any] = {}
         """node -> address ref of an exporter started mid-run and not yet listed."""
         self._next_refresh = 0.0
+        self.store: StoreTierReporter | None = None
+        """The store workers' tier usage, once :meth:`watch_store` named them."""
 
     @property
     def spec(self) -> MonitorSpec:
@@ -86,13 +91,24 @@ class SessionMonitor:
             self.run_dir, node, self.config.prometheus)
         return self.node_actors[node].address.remote()
 
+    def watch_store(self, addresses: dict[str, str], token: str | None) -> None:
+        """Report the tier usage of these store workers (Ray node id -> address) from now on."""
+        from kilorl.trainer.store_metrics import StoreTierReporter
+
+        if addresses and self.driver is not None:
+            self.store = StoreTierReporter(self.run_dir, self.config, self.here, addresses, token)
+            self.store.report(force=True)
+
     def refresh(self, force: bool = False) -> None:
         """Follow the cluster (at most every ``REFRESH_EVERY_S``): exporters for new nodes, none for gone ones.
 
         Never waits: a new node's exporter is listed in the targets file once its address is in.
+        Also reads the store workers' tier usage (:meth:`watch_store`).
         """
         import ray
 
+        if self.store is not None:
+            self.store.report(force)
         now = time.monotonic()
         if self.driver is None or (not force and now < self._next_refresh):
             return
@@ -128,6 +144,9 @@ class SessionMonitor:
         """Stop every node's exporter (Ray actors first), then the driver's; the targets file is emptied."""
         import ray
 
+        if self.store is not None:
+            self.store.close()
+            self.store = None
         actors, self.node_actors, self._pending = list(self.node_actors.values()), {}, {}
         if ray.is_initialized():
             for handle in actors:

@@ -135,6 +135,9 @@ class RoleSession:
                 raise StartupError(f"the store worker failed to start: {err}") from err
         self._wait_all(waits)
         self.fleet.resolve()  # every worker answered above: records the addresses at once
+        if self.monitor is not None:
+            c = self.fleet.connector
+            self.monitor.watch_store(c.addresses or {ray.get_runtime_context().get_node_id(): c.default}, c.token)
         self.times.spawn_s = time.perf_counter() - t1
         self.times.total_s = time.perf_counter() - t0
 
