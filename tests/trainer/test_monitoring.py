@@ -151,7 +151,7 @@ def test_kilorl_top_shows_every_role_of_a_running_training(ray_local, tmp_path):
         rows, errors = wait_for(all_roles, 180, "every role in kilorl top")
         assert errors == []
         table = render(rows, errors)
-        assert len(table.splitlines()) == 1 + len(EVERY_ROLE)
+        assert len(table.splitlines()) == 1 + len(EVERY_ROLE) + len(STORES)  # the store worker has its line
         actor0 = next(r for r in rows if (r.role, r.rank) == ("actor", "0"))
         assert actor0.env_steps > 0 and actor0.rss_bytes > 10 * 2**20
     finally:
