@@ -139,7 +139,7 @@ class RoleMetrics:
         with self._lock:
             dt, steps, rets = now - self._t_last, total - self._steps_seen, self._returns
             self._t_last, self._steps_seen, self._returns = now, total, []
-        if dt > 0:
+        if dt > 0 and self._env_steps is not None:  # only roles that step environments have a rate
             self.child("kilorl_env_steps_per_second").set(steps / dt)
         if rets:
             self.child("kilorl_episode_return").set(sum(rets) / len(rets))

@@ -49,12 +49,29 @@ class LeakDetectorConfig(_Section):
 
 
 class MigrationConfig(_Section):
+    enabled: bool = True
+    """Carry decisions out in a training run (kilorl.trainer.migration); needs ``prometheus.enabled``."""
     migrate_before_s: float = Field(default=120.0, gt=0)
     """Move a role when it is predicted to reach its memory limit within this many seconds."""
     cooldown_s: float = Field(default=300.0, ge=0)
     """After a decision for a role, no new decision for it for this long (its replacement needs time)."""
     max_concurrent: int = Field(default=1, ge=1)
     """Most migrations decided in one round (the rest wait for the next)."""
+    ready_timeout_s: float = Field(default=120.0, gt=0)
+    """How long a replacement may take to start; past it the attempt fails and the old role keeps serving."""
+
+
+class LeakInjectionConfig(_Section):
+    """Fault injection for tests and drills: one role process allocates host memory it never frees."""
+
+    role: str = Field(min_length=1)
+    """Role name that leaks (actor, learner)."""
+    rank: int = Field(default=0, ge=0)
+    """Which instance of the role leaks."""
+    bytes_per_s: float = Field(gt=0)
+    """Leak rate (bytes of touched, resident memory per second)."""
+    start_after_s: float = Field(default=0.0, ge=0)
+    """Seconds after the role process starts reporting before the leak begins."""
 
 
 class MonitorConfig(_Section):
@@ -66,3 +83,6 @@ class MonitorConfig(_Section):
     """When a suspected leak makes the trainer move a role away."""
     memory_budget_bytes: dict[str, int] = Field(default_factory=dict)
     """Per role name (actor, learner, ...): host memory budget; the limit is the lower of it and node RAM."""
+    inject_leaks: list[LeakInjectionConfig] = Field(default_factory=list)
+    """Fault injection (tests, drills): roles that leak on purpose. The leak belongs to the process: a
+    replacement started by a migration does not inherit it (a Ray restart after a crash does)."""

@@ -109,6 +109,8 @@ def _num(v: float | None, fmt: str, scale: float = 1.0) -> str:
 def _trend(row: RoleRow) -> str:
     """The worst memory series: its slope and predicted time to the limit."""
     if not row.slope:
+        if row.rss_bytes is None:
+            return "-"  # a role whose memory is not watched (a store worker reported by the driver)
         return "warming up"  # no verdict before the detector's warm-up and first window
     memory = min(row.slope, key=lambda m: row.time_to_limit_s.get(m, math.inf))
     slope = row.slope.get(memory)

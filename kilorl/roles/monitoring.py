@@ -27,6 +27,8 @@ import numpy as np
 
 from kilorl.algos import keys
 from kilorl.core import ParameterStore, RolloutInfo
+from kilorl.monitor.faults import LeakInjector
+from kilorl.monitor.migration import MemoryStatus
 from kilorl.monitor.reporter import RoleMetrics
 from kilorl.monitor.runtime import role_metrics
 from kilorl.monitor.settings import MonitorConfig
@@ -43,6 +45,19 @@ class MonitorSpec:
 
     run_dir: str
     config: MonitorConfig
+    replacement: bool = False
+    """The role replaces one moved away by a migration: injected faults (``monitor.inject_leaks``) stay behind."""
+
+
+def injected_leak(spec: MonitorSpec, role: str, rank: int) -> LeakInjector | None:
+    """The fault-injection leak this role process is configured to have (started), if any."""
+    if spec.replacement:
+        return None
+    for leak in spec.config.inject_leaks:
+        if leak.role == role and leak.rank == rank:
+            log.warning("monitor: fault injection: %s[%d] leaks %.1f MiB/s", role, rank, leak.bytes_per_s / 2**20)
+            return LeakInjector(leak.bytes_per_s, leak.start_after_s).start()
+    return None
 
 
 def node_label(node_id: str) -> str:
@@ -138,12 +153,19 @@ class ActorReporting:
     def __init__(self, spec: MonitorSpec, index: int, store: ParameterStore) -> None:
         self.metrics = role_metrics(spec.run_dir, "actor", index, current_node(), spec.config)
         self.store = FetchingStore(store, self.metrics)
+        self.leak = injected_leak(spec, "actor", index)
 
     def rollout(self, info: RolloutInfo) -> None:
         self.metrics.inc_env_steps(info["env_steps"])
         self.metrics.record_episodes(info["episode_returns"])
 
+    def memory_status(self) -> list[MemoryStatus]:
+        """The leak detectors' latest verdicts (what the driver's migration policy reads)."""
+        return self.metrics.memory_status
+
     def close(self) -> None:
+        if self.leak is not None:
+            self.leak.stop()
         self.metrics.close()
 
 
@@ -153,6 +175,7 @@ class LearnerReporting:
     def __init__(self, spec: MonitorSpec, rank: int, store: ParameterStore) -> None:
         self.metrics = role_metrics(spec.run_dir, "learner", rank, current_node(), spec.config)
         self.store = PublishingStore(store, self.metrics)
+        self.leak = injected_leak(spec, "learner", rank)
 
     def update(self, stats: dict[str, float]) -> None:
         if "learner_update_s" in stats:
@@ -162,5 +185,11 @@ class LearnerReporting:
             self.metrics.add_comm_bytes("sent", reduced)
             self.metrics.add_comm_bytes("received", reduced)
 
+    def memory_status(self) -> list[MemoryStatus]:
+        """The leak detectors' latest verdicts (what the driver's migration policy reads)."""
+        return self.metrics.memory_status
+
     def close(self) -> None:
+        if self.leak is not None:
+            self.leak.stop()
         self.metrics.close()

@@ -46,6 +46,10 @@ class ActorProcess(Actor):
             self._report.rollout(info)
         return (rollout if self._writer is None else self._writer.put(rollout)), info
 
+    def memory_status(self) -> list[Any]:
+        """This role's leak-detector verdicts (``MemoryStatus``); empty with monitoring off."""
+        return [] if self._report is None else self._report.memory_status()
+
     def pid(self) -> int:
         import os
 
@@ -109,6 +113,10 @@ class LearnerProcess(Learner):
             self._report = LearnerReporting(monitor, rank, args[1])
             args[1] = self._report.store
         self._role = LearnerRole(*args, **kwargs)
+
+    def memory_status(self) -> list[Any]:
+        """This role's leak-detector verdicts (``MemoryStatus``); empty with monitoring off or before start."""
+        return [] if self._report is None else self._report.memory_status()
 
     def node_id(self) -> str:
         import ray

@@ -97,6 +97,10 @@ class OnPolicyLoop:
                 rollout_refs[j], info_refs[j] = again[0], again[1]
         return infos  # type: ignore[return-value]
 
+    def in_flight(self, actor: int) -> list[Any]:
+        """Refs of actor ``actor``'s rollouts submitted and not yet consumed (what a migration waits for)."""
+        return [info_refs[actor] for _, info_refs, _ in self.pending]
+
     def _room(self) -> bool:
         """Another rollout still fits in the run's env-step budget."""
         in_flight = self.env_steps + len(self.pending) * self.cfg.batch_size

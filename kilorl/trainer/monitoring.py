@@ -7,17 +7,27 @@
 node gets a :class:`NodeExporterActor` pinned to it (hard node affinity, no CPU), whose
 address goes into the targets file. Everything started is recorded as it starts, so
 :meth:`SessionMonitor.close` after a failure at any point ends exactly what exists.
+During the run :meth:`SessionMonitor.refresh` follows the cluster: a node that joins gets
+its exporter (and a line in the targets file) without waiting for it; a node that
+leaves is taken out of the targets file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kilorl.monitor.runtime import DriverMonitor, socket_dir, start_node_exporter
 from kilorl.monitor.settings import MonitorConfig, PrometheusConfig
 from kilorl.roles.monitoring import MonitorSpec, current_node, node_label
+
+if TYPE_CHECKING:
+    from kilorl.trainer.store_metrics import StoreTierReporter
+
+REFRESH_EVERY_S = 2.0
+"""How often, at most, the driver looks for nodes that joined or left the cluster."""
 
 
 class NodeExporterActor:
@@ -40,6 +50,12 @@ class SessionMonitor:
         self.run_dir, self.config = str(Path(run_dir).resolve()), config
         self.driver: DriverMonitor | None = None
         self.node_actors: dict[str, Any] = {}
+        self.here = ""
+        self._pending: dict[str, Any] = {}
+        """node -> address ref of an exporter started mid-run and not yet listed."""
+        self._next_refresh = 0.0
+        self.store: StoreTierReporter | None = None
+        """The store workers' tier usage, once :meth:`watch_store` named them."""
 
     @property
     def spec(self) -> MonitorSpec:
@@ -47,23 +63,76 @@ class SessionMonitor:
 
     def start(self) -> SessionMonitor:
         import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        here = current_node()
-        self.driver = DriverMonitor(self.run_dir, self.config, here)
-        remote = ray.remote(num_cpus=0, max_restarts=0)(NodeExporterActor)
-        pending = {}
-        for n in ray.nodes():
-            node = node_label(n["NodeID"])
-            if not n.get("Alive") or node == here:
-                continue
-            strategy = NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
-            self.node_actors[node] = remote.options(scheduling_strategy=strategy).remote(
-                self.run_dir, node, self.config.prometheus)
-            pending[node] = self.node_actors[node].address.remote()
+        self.here = current_node()
+        self.driver = DriverMonitor(self.run_dir, self.config, self.here)
+        pending = {node: self._start_exporter(node_id) for node, node_id in self._alive_others().items()}
         for node, ref in pending.items():
             self.driver.add_node(node, ray.get(ref, timeout=60))
+        self._next_refresh = time.monotonic() + REFRESH_EVERY_S
         return self
+
+    def _alive_others(self) -> dict[str, str]:
+        """node label -> Ray node id of every alive node but the driver's."""
+        import ray
+
+        return {node_label(n["NodeID"]): n["NodeID"] for n in ray.nodes()
+                if n.get("Alive") and node_label(n["NodeID"]) != self.here}
+
+    def _start_exporter(self, node_id: str) -> Any:
+        """A pinned exporter actor on ``node_id``; returns the ref of its address."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        remote = ray.remote(num_cpus=0, max_restarts=0)(NodeExporterActor)
+        strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
+        node = node_label(node_id)
+        self.node_actors[node] = remote.options(scheduling_strategy=strategy).remote(
+            self.run_dir, node, self.config.prometheus)
+        return self.node_actors[node].address.remote()
+
+    def watch_store(self, addresses: dict[str, str], token: str | None) -> None:
+        """Report the tier usage of these store workers (Ray node id -> address) from now on."""
+        from kilorl.trainer.store_metrics import StoreTierReporter
+
+        if addresses and self.driver is not None:
+            self.store = StoreTierReporter(self.run_dir, self.config, self.here, addresses, token)
+            self.store.report(force=True)
+
+    def refresh(self, force: bool = False) -> None:
+        """Follow the cluster (at most every ``REFRESH_EVERY_S``): exporters for new nodes, none for gone ones.
+
+        Never waits: a new node's exporter is listed in the targets file once its address is in.
+        Also reads the store workers' tier usage (:meth:`watch_store`).
+        """
+        import ray
+
+        if self.store is not None:
+            self.store.report(force)
+        now = time.monotonic()
+        if self.driver is None or (not force and now < self._next_refresh):
+            return
+        self._next_refresh = now + REFRESH_EVERY_S
+        alive = self._alive_others()
+        for node, node_id in alive.items():
+            if node not in self.node_actors:
+                self._pending[node] = self._start_exporter(node_id)
+        for node in [n for n in self.node_actors if n not in alive]:
+            handle = self.node_actors.pop(node)
+            self._pending.pop(node, None)
+            self.driver.remove_node(node)
+            with contextlib.suppress(Exception):  # the node is gone; so is its exporter
+                ray.kill(handle)
+        if self._pending:
+            refs = {ref: node for node, ref in self._pending.items()}
+            done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+            for ref in done:
+                node = refs[ref]
+                del self._pending[node]
+                try:
+                    self.driver.add_node(node, ray.get(ref))
+                except ray.exceptions.RayError:  # it could not start there: try again next refresh
+                    self.node_actors.pop(node, None)
 
     def describe(self) -> str:
         """The start-of-run banner: where to scrape, the targets file, the Prometheus command."""
@@ -75,7 +144,10 @@ class SessionMonitor:
         """Stop every node's exporter (Ray actors first), then the driver's; the targets file is emptied."""
         import ray
 
-        actors, self.node_actors = list(self.node_actors.values()), {}
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        actors, self.node_actors, self._pending = list(self.node_actors.values()), {}, {}
         if ray.is_initialized():
             for handle in actors:
                 try:

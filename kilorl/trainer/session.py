@@ -9,6 +9,7 @@ Ctrl-C) tears down exactly what was started and nothing else.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +72,8 @@ class RoleSession:
     """Where the run's store workers keep durable (``sync.durable``) parameters."""
     resumed_versions: int = 0
     """Versions a durable resume skipped past the checkpoint (see ``_durable_version``)."""
+    backend: str = "gloo"
+    """The learners' torch.distributed backend (resolved at start-up)."""
     _started_ray: bool = False
 
     def __enter__(self) -> RoleSession:
@@ -88,7 +91,6 @@ class RoleSession:
     def _start(self) -> None:
         import ray
 
-        from kilorl.roles.remote import ActorProcess, LearnerProcess
         from kilorl.trainer.role_placement import RolePlacementError, local_needs, reserve
 
         cfg, par = self.cfg, self.cfg.parallelism
@@ -107,26 +109,19 @@ class RoleSession:
 
             self.monitor = start_monitoring(self.run_dir, cfg.monitor)
             self.monitor.start()
-        report = {"monitor": self.monitor.spec} if self.monitor is not None else {}
         if self.fleet is None:
             self.fleet = self._store_fleet()
         else:
             self.fleet.attach(ray.get_runtime_context().get_node_id())
         self.store = parameter_store(cfg, self.fleet)
         weights_version = self._durable_version()
-        backend = self.cluster.backend_for(cfg.train.device)
-        learner_cls = ray.remote(LearnerProcess)
+        self.backend = self.cluster.backend_for(cfg.train.device)
         for r in range(par.learner):
-            self.learners.append(learner_cls.options(**self.placement.options("learner", r)).remote(
-                cfg, self.store, r, par.learner, backend, state=self.state, weights_version=weights_version,
-                **report))
-        # No task retries inside Ray: the loop re-collects a lost rollout itself, and counts it.
-        actor_cls = ray.remote(max_restarts=ACTOR_MAX_RESTARTS, max_task_retries=0)(ActorProcess)
+            self.learners.append(self.spawn_learner(r, self.state, self.placement.options("learner", r),
+                                                    weights_version=weights_version))
         # Fresh seeds after a resume, so a continued run does not replay the same episodes.
         for i in range(par.actor):
-            seed = cfg.train.seed * 10_007 + i * 101 + self.iteration * 7_919
-            self.actors.append(actor_cls.options(**self.placement.options("actor", i)).remote(
-                cfg, self.store, i, seed=seed, **report))
+            self.actors.append(self.spawn_actor(i, self.actor_seed(i), self.placement.options("actor", i)))
         # Rank 0 names the rendezvous on its own node; every rank then builds its role.
         master = ray.get(self.learners[0].rendezvous.remote()) if par.learner > 1 else None
         starts = [h.start.remote(master) for h in self.learners]
@@ -144,6 +139,9 @@ class RoleSession:
                 raise StartupError(f"the store worker failed to start: {err}") from err
         self._wait_all(waits)
         self.fleet.resolve()  # every worker answered above: records the addresses at once
+        if self.monitor is not None:
+            c = self.fleet.connector
+            self.monitor.watch_store(c.addresses or {ray.get_runtime_context().get_node_id(): c.default}, c.token)
         self.times.spawn_s = time.perf_counter() - t1
         self.times.total_s = time.perf_counter() - t0
 
@@ -162,6 +160,39 @@ class RoleSession:
         self.resumed_versions = latest - self.iteration
         self.iteration = latest
         return latest
+
+    # -- one role process (start-up, and a replacement when a role is moved: kilorl.trainer.migration) --
+    def _report(self, replacement: bool) -> dict[str, Any]:
+        if self.monitor is None:
+            return {}
+        spec = self.monitor.spec
+        return {"monitor": dataclasses.replace(spec, replacement=True) if replacement else spec}
+
+    def actor_seed(self, index: int, generation: int = 0) -> int:
+        """Actor ``index``'s seed; ``generation`` counts the replacements of that actor (fresh episodes)."""
+        return self.cfg.train.seed * 10_007 + index * 101 + self.iteration * 7_919 + generation * 1_000_003
+
+    def spawn_actor(self, index: int, seed: int, options: dict[str, Any], replacement: bool = False) -> Any:
+        """A new actor process (not yet waited for) with Ray ``options`` (resources, scheduling)."""
+        import ray
+
+        from kilorl.roles.remote import ActorProcess
+
+        # No task retries inside Ray: the loop re-collects a lost rollout itself, and counts it.
+        actor_cls = ray.remote(max_restarts=ACTOR_MAX_RESTARTS, max_task_retries=0)(ActorProcess)
+        return actor_cls.options(**options).remote(self.cfg, self.store, index, seed=seed, **self._report(replacement))
+
+    def spawn_learner(self, rank: int, state: dict[str, Any] | None, options: dict[str, Any],
+                      replacement: bool = False, weights_version: int | None = None) -> Any:
+        """A new learner process, built by its ``start()``; ``state`` is a checkpoint's learner state,
+        ``weights_version`` a durable version whose weights replace the checkpoint's."""
+        import ray
+
+        from kilorl.roles.remote import LearnerProcess
+
+        return ray.remote(LearnerProcess).options(**options).remote(
+            self.cfg, self.store, rank, self.cfg.parallelism.learner, self.backend, state=state,
+            weights_version=weights_version, **self._report(replacement))
 
     def _store_fleet(self) -> StoreFleet:
         from kilorl.trainer.store_fleet import StoreFleet

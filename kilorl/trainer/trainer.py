@@ -21,8 +21,11 @@ from kilorl.trainer.cluster import Cluster
 from kilorl.trainer.loop_errors import LEARNER_MAX_RESTORES, LearnerLost
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from kilorl.trainer.checkpoint import Checkpointer
     from kilorl.trainer.loop import OnPolicyLoop
+    from kilorl.trainer.migration import Migrator
     from kilorl.trainer.reporting import Reporter
     from kilorl.trainer.session import RoleSession
 
@@ -35,6 +38,8 @@ class TrainResult:
     checkpoint: Path | None
     wall_time: float
     startup_s: float
+    stopped: str | None = None
+    """Why the run stopped before its env-step budget (a role that could not be moved), else None."""
 
 
 def default_run_dir(cfg: Config) -> Path:
@@ -153,31 +158,53 @@ class Trainer:
             metrics = MetricsWriter(self.run_dir, cfg.train.total_env_steps, cfg.logging.tensorboard, cfg.logging.progress)
             startup = {"startup_s": startup_s, "startup_process_s": _process_age(), **roles.times.as_row()}
             reporter = Reporter(cfg, metrics, {**meta, "env_steps": env_steps}, t_start, startup)
+            stopped: list[str] = []
             try:
-                env_steps, iteration = self._train(roles, OnPolicyLoop(cfg, roles, iteration, env_steps), reporter, ckpt)
+                env_steps, iteration = self._train(roles, OnPolicyLoop(cfg, roles, iteration, env_steps), reporter,
+                                                   ckpt, stopped)
             finally:
                 metrics.close()
-        return TrainResult(self.run_dir, env_steps, reporter.return_mean, ckpt.last_path, reporter.wall_time(), startup_s)
+        return TrainResult(self.run_dir, env_steps, reporter.return_mean, ckpt.last_path, reporter.wall_time(), startup_s,
+                           stopped[0] if stopped else None)
 
-    @staticmethod
-    def _train(roles: RoleSession, loop: OnPolicyLoop, reporter: Reporter, ckpt: Checkpointer) -> tuple[int, int]:
-        """The training step: iterate the data path, report, checkpoint when due and at the end."""
+    def _train(self, roles: RoleSession, loop: OnPolicyLoop, reporter: Reporter, ckpt: Checkpointer,
+               stopped: list[str]) -> tuple[int, int]:
+        """The training step: iterate the data path, report, move leaking roles, checkpoint when due and at the end."""
         import ray
 
         from kilorl.trainer import preload
 
-        def save() -> None:
+        def save() -> Path:
             preload.wait()  # unpickling the state imports torch: never alongside the background import
-            ckpt.save(ray.get(roles.learners[0].state.remote()), reporter.checkpoint_meta(env_steps, iteration))
+            state = ray.get(roles.learners[0].state.remote())
+            return ckpt.save(state, reporter.checkpoint_meta(env_steps, iteration))
 
+        migrator = self._migrator(roles, save)
         env_steps, iteration = loop.env_steps, loop.iteration
-        for it in loop:
-            env_steps, iteration = it.env_steps, it.iteration
-            solved = reporter.observe(it)
-            if ckpt.due(env_steps):
+        try:
+            for it in loop:
+                env_steps, iteration = it.env_steps, it.iteration
+                solved = reporter.observe(it)
+                if ckpt.due(env_steps):
+                    save()
+                if solved:
+                    break
+                if roles.monitor is not None:
+                    roles.monitor.refresh()  # exporters for nodes that joined mid-run
+                if migrator is not None and migrator.round(loop):
+                    stopped.append(migrator.stop_reason or "")
+                    break
+            if ckpt.last_steps != env_steps:  # the final state, unless it was just saved
                 save()
-            if solved:
-                break
-        if ckpt.last_steps != env_steps:  # the final state, unless it was just saved
-            save()
+        finally:
+            if migrator is not None:
+                migrator.close()
         return env_steps, iteration
+
+    def _migrator(self, roles: RoleSession, save: Callable[[], Path]) -> Migrator | None:
+        """The run's migration executor when the monitor runs and migration is on (docs/monitor.md)."""
+        if roles.monitor is None or not self.cfg.monitor.migration.enabled:
+            return None
+        from kilorl.trainer.migration import Migrator
+
+        return Migrator(roles, self.cfg.monitor, self.run_dir, save)

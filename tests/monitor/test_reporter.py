@@ -71,3 +71,12 @@ def test_a_memory_budget_caps_the_host_limit_and_a_leak_is_forecast_against_it()
     s = text(m)
     assert s["kilorl_memory_leak_suspected"][0][1] == 1.0
     assert math.isclose(s["kilorl_memory_time_to_limit_seconds"][0][1], last.time_to_limit_s)
+
+
+def test_a_role_that_never_steps_an_environment_exports_no_steps_per_second():
+    m = RoleMetrics("learner", 0, "n0", sample_resources=False)
+    m.sample(now=m._t_last + 1.0)
+    assert "kilorl_env_steps_per_second" not in text(m)
+    m.inc_env_steps(4)
+    m.sample(now=m._t_last + 1.0)
+    assert text(m)["kilorl_env_steps_per_second"][0][1] == 4.0

@@ -53,3 +53,10 @@ def test_an_unreachable_exporter_is_listed_not_fatal(tmp_path):
     rows, errors = collect(tmp_path)
     assert rows == [] and len(errors) == 1 and errors[0].startswith("node gone (127.0.0.1:1)")
     assert "unreachable: node gone" in render(rows, errors)
+
+
+def test_a_role_whose_memory_is_not_watched_shows_no_trend():
+    from kilorl.monitor.top import RoleRow, _trend
+
+    assert _trend(RoleRow(role="store", rank="0", node="n0")) == "-"
+    assert _trend(RoleRow(role="actor", rank="0", node="n0", rss_bytes=1e8)) == "warming up"

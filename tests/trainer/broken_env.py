@@ -48,3 +48,21 @@ class DiesOnce(gym.Env):
                 os.close(fd)
                 os.kill(os.getpid(), signal.SIGKILL)
         return self.inner.step(action)
+
+
+class SlowCartPole(gym.Env):
+    """CartPole whose every step takes at least ``step_s`` seconds: a run lasts long enough for a mid-run event."""
+
+    def __init__(self, step_s: float = 0.001) -> None:
+        self.inner = gym.make("CartPole-v1")
+        self.observation_space, self.action_space = self.inner.observation_space, self.inner.action_space
+        self.step_s = step_s
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        return self.inner.reset(seed=seed, options=options)
+
+    def step(self, action):
+        import time
+
+        time.sleep(self.step_s)
+        return self.inner.step(action)

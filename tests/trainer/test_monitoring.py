@@ -28,10 +28,11 @@ SCRAPE_S = 1.0
 ACTORS = [("actor", "0"), ("actor", "1")]
 LEARNERS = [("learner", "0")]
 EVERY_ROLE = ACTORS + LEARNERS
+STORES = [("store", "0")]
 
 # Which roles of a training run report each metric. Exceptions, explicitly:
-# * store tier/hit series: a training run does not use kilorl.store yet (parameters go
-#   through the Ray parameter store), so nothing reports them;
+# * store tier usage: the driver reads it from the run's store worker (role ``store``);
+# * store hit/miss series: the store workers keep no per-tier hit counters yet, so nothing reports them;
 # * migration events: recorded only when a migration happens, which a healthy run never has;
 # * device and GPU series: absent on a CPU-only machine (checked absent below).
 REPORTED_BY = {
@@ -41,10 +42,10 @@ REPORTED_BY = {
     "kilorl_comm_bytes_total": EVERY_ROLE, "kilorl_process_resident_memory_bytes": EVERY_ROLE,
     "kilorl_memory_leak_slope_bytes_per_second": EVERY_ROLE, "kilorl_memory_leak_suspected": EVERY_ROLE,
     "kilorl_memory_time_to_limit_seconds": EVERY_ROLE, "kilorl_memory_limit_bytes": EVERY_ROLE,
+    "kilorl_store_tier_used_bytes": STORES, "kilorl_store_tier_capacity_bytes": STORES,
 }
-NOT_IN_A_TRAINING_RUN = {"kilorl_store_tier_used_bytes", "kilorl_store_tier_capacity_bytes", "kilorl_store_hits_total",
-                         "kilorl_store_misses_total", "kilorl_migration_events_total"}
-NO_DATA_PANELS = {"Store tier usage", "Store hit rate", "Migration events"}
+NOT_IN_A_TRAINING_RUN = {"kilorl_store_hits_total", "kilorl_store_misses_total", "kilorl_migration_events_total"}
+NO_DATA_PANELS = {"Store hit rate", "Migration events"}
 
 
 def _config(total_env_steps: int):
@@ -150,7 +151,7 @@ def test_kilorl_top_shows_every_role_of_a_running_training(ray_local, tmp_path):
         rows, errors = wait_for(all_roles, 180, "every role in kilorl top")
         assert errors == []
         table = render(rows, errors)
-        assert len(table.splitlines()) == 1 + len(EVERY_ROLE)
+        assert len(table.splitlines()) == 1 + len(EVERY_ROLE) + len(STORES)  # the store worker has its line
         actor0 = next(r for r in rows if (r.role, r.rank) == ("actor", "0"))
         assert actor0.env_steps > 0 and actor0.rss_bytes > 10 * 2**20
     finally:
@@ -177,3 +178,21 @@ def test_a_failed_start_up_stops_the_exporter_and_empties_the_targets_file(ray_l
     assert json.loads((run / "monitor" / "targets.json").read_text()) == []  # it was written, then emptied
     assert _listening_ports() - before == set()  # the driver's exporter no longer serves HTTP
     assert list(socket_dir(run).glob("*.sock")) == []  # nor takes snapshots
+
+
+@pytest.mark.slow
+def test_a_node_that_joins_mid_run_gets_an_exporter_and_one_that_leaves_is_dropped_from_the_targets():
+    import os
+    import sys
+
+    from tests.conftest import REPO
+
+    out = subprocess.run([sys.executable, "-m", "tests.trainer.monitor_nodes_check"], capture_output=True, text=True,
+                         timeout=300, cwd=REPO, env={**os.environ, "RAY_ADDRESS": ""})
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["at_start"] == [r["driver_node"]]
+    assert r["after_join"] == sorted([r["driver_node"], r["joined"]])
+    assert r["pushed"]  # a role on the joined node reaches that node's exporter
+    assert r["exposition"] == [f'kilorl_env_steps_total{{node="{r["joined"]}",rank="7",role="actor"}} 5.0']
+    assert r["after_leave"] == [r["driver_node"]]

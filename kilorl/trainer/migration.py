@@ -1,0 +1,290 @@
+"""Carrying out the monitor's migration decisions: a role predicted to run out of memory moves.
+
+Once per monitor round (``monitor.prometheus.push_interval_s``) the driver asks every role
+for its leak detectors' ``MemoryStatus`` (non-blocking: an answer queued behind a rollout is
+read next round) and passes them to ``MigrationPolicy.decide`` (kilorl.monitor.migration).
+A decision is carried out between two iterations of the data path (docs/monitor.md,
+"Migration execution"):
+
+* an actor: a replacement with the same index and a fresh seed is started on another node
+  with room (hard ``NodeAffinitySchedulingStrategy``, the suspect node excluded) and waited
+  for; the old actor's rollouts in flight are waited for (they stay in the batch: env steps
+  are counted from delivered rollouts only, never lost nor counted twice); the handle is
+  swapped and the old actor killed;
+* a learner (one learner per run): the run's checkpoint is written through the
+  ``Checkpointer``, the replacement is built from that checkpoint on another node, publishes
+  the current version again, is swapped in, and the old one is killed;
+* no node with room: event ``no_room``, a clean checkpoint, and the run stops (never a crash).
+
+Events go to ``kilorl_migration_events_total`` (the driver reports as role ``driver``), each
+finished attempt to ``RUN_DIR/monitor/migrations.jsonl`` with the time from the decision to
+the replacement serving.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kilorl.monitor.migration import MemoryStatus, MigrationDecision, MigrationPolicy
+from kilorl.monitor.settings import MonitorConfig
+from kilorl.placement.ray_placement import NODE_RESOURCE_PREFIX
+from kilorl.roles.monitoring import node_label
+
+if TYPE_CHECKING:
+    from kilorl.trainer.loop import OnPolicyLoop
+    from kilorl.trainer.session import RoleSession
+
+RESOURCE_KEYS = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
+"""Ray ``.options`` resource arguments and the node resource each one takes."""
+
+
+@dataclass
+class MigrationRecord:
+    """One attempt, as written to ``migrations.jsonl``."""
+
+    role: str
+    rank: int
+    outcome: str
+    """``completed``, ``failed`` or ``no_room``."""
+    from_node: str
+    to_node: str | None
+    reason: str
+    iteration: int
+    """The last version published when the decision was taken."""
+    env_steps: int
+    """Env steps delivered when the decision was taken."""
+    level_bytes: float
+    """The suspect series' level at the decision."""
+    limit_bytes: float | None
+    decided_at: float
+    """Wall clock of the decision."""
+    serving_s: float | None
+    """Seconds from the decision to the replacement serving (None when none serves)."""
+    detail: str = ""
+
+
+def nodes_with_room(nodes: list[Mapping[str, Any]], available: Mapping[str, Mapping[str, float]],
+                    need: Mapping[str, float], exclude: str) -> list[str]:
+    """Ray node ids that can take ``need`` (node resources) now, most free CPUs first.
+
+    ``exclude`` is the suspect node's label. When some nodes declare a kilorl node resource
+    (placement-managed clusters), only those take roles, as at start-up.
+    """
+    alive = [n for n in nodes if n.get("Alive")]
+    named = [n for n in alive if any(k.startswith(NODE_RESOURCE_PREFIX) for k in n.get("Resources", {}))]
+    out = []
+    for n in named or alive:
+        node_id = n["NodeID"]
+        free = available.get(node_id, {})
+        if node_label(node_id) == exclude:
+            continue
+        if all(free.get(k, 0.0) + 1e-9 >= v for k, v in need.items() if v > 0):
+            out.append(node_id)
+    return sorted(out, key=lambda i: -available.get(i, {}).get("CPU", 0.0))
+
+
+def _available_per_node() -> dict[str, dict[str, float]]:
+    """Free resources per Ray node id, placement-group reservations taken out.
+
+    Ray 2.x has no public per-node call for this; its own ``ray status`` uses this one.
+    """
+    from ray._private.state import available_resources_per_node
+
+    return available_resources_per_node()
+
+
+class Migrator:
+    """The driver's migration executor for one role session."""
+
+    def __init__(self, roles: RoleSession, config: MonitorConfig, run_dir: Path, save: Callable[[], Path]) -> None:
+        self.roles, self.config, self.save = roles, config, save
+        self.run_dir = Path(run_dir).resolve()
+        self.policy = MigrationPolicy(config.migration)
+        self.records: list[MigrationRecord] = []
+        self.stop_reason: str | None = None
+        """Set when the run must stop (no room, or a move that cannot be made): after a clean checkpoint."""
+        self._asks: dict[tuple[str, int], Any] = {}
+        self._status: dict[tuple[str, int], list[MemoryStatus]] = {}
+        self._generation: dict[int, int] = {}
+        self._metrics: Any = None
+        self._next_round = 0.0
+
+    # -- one monitor round ------------------------------------------------------------------------
+    def round(self, loop: OnPolicyLoop) -> bool:
+        """Read the roles' memory verdicts and carry out what the policy decides; True: stop the run."""
+        now = time.monotonic()
+        if now < self._next_round or self.stop_reason is not None:
+            return self.stop_reason is not None
+        self._next_round = now + self.config.prometheus.push_interval_s
+        self._poll()
+        for decision in self.policy.decide([s for v in self._status.values() for s in v], now):
+            self._carry_out(decision, loop)
+            if self.stop_reason is not None:
+                break
+        return self.stop_reason is not None
+
+    def _handles(self) -> dict[tuple[str, int], Any]:
+        return {**{("learner", r): h for r, h in enumerate(self.roles.learners)},
+                **{("actor", i): h for i, h in enumerate(self.roles.actors)}}
+
+    def _poll(self) -> None:
+        """Ask every role without an open question; keep the answers that are in (none is waited for)."""
+        import ray
+
+        for key, handle in self._handles().items():
+            if key not in self._asks:
+                self._asks[key] = handle.memory_status.remote()
+        refs = {ref: key for key, ref in self._asks.items()}
+        done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        for ref in done:
+            key = refs[ref]
+            del self._asks[key]
+            try:
+                self._status[key] = list(ray.get(ref))
+            except ray.exceptions.RayError:  # dead or restarting: no verdict this round
+                self._status.pop(key, None)
+
+    # -- carrying a decision out ------------------------------------------------------------------
+    def _carry_out(self, d: MigrationDecision, loop: OnPolicyLoop) -> None:
+        t0, wall = time.monotonic(), time.time()
+        self._event(d, "decided")
+        status = next((s for s in self._status.get((d.role, d.rank), []) if s.memory == d.memory), None)
+        record = MigrationRecord(d.role, d.rank, "failed", d.node, None, d.reason, loop.iteration, loop.env_steps,
+                                 status.level_bytes if status else float("nan"),
+                                 status.limit_bytes if status else None, wall, None)
+        print(f"migration: decided to move {d.role}[{d.rank}] off node {d.node}: {d.reason}", flush=True)
+        if d.role not in ("actor", "learner"):
+            record.detail = f"no migration for role {d.role!r}"
+        elif d.role == "learner" and len(self.roles.learners) > 1:
+            record.detail = "moving one of several learners is not built (the process group would re-form)"
+            self._stop(record, "failed")
+            return
+        else:
+            options = self._options(d.role, d.rank)
+            need = {RESOURCE_KEYS[k]: float(v) for k, v in options.items() if k in RESOURCE_KEYS and v}
+            room = nodes_with_room(_ray_nodes(), _available_per_node(), need, exclude=d.node)
+            if not room:
+                record.detail = f"no other node has {need} free"
+                self._stop(record, "no_room")
+                return
+            record.to_node = node_label(room[0])
+            self._event(d, "started")
+            try:
+                detail = (self._move_actor if d.role == "actor" else self._move_learner)(d, loop, room[0], options)
+            except Exception as err:  # noqa: BLE001 - a failed move leaves the old role serving
+                record.detail = f"{type(err).__name__}: {err}"
+            else:
+                record.outcome, record.detail, record.serving_s = "completed", detail, time.monotonic() - t0
+        if record.outcome != "completed":
+            self.policy.forget(d.role, d.rank)
+        self._event(d, record.outcome)
+        self._finish(record)
+
+    def _options(self, role: str, instance: int) -> dict[str, Any]:
+        """The role's resources as at start-up (its placement group bundle), without the group."""
+        opts = dict(self.roles.placement.options(role, instance))
+        opts.pop("scheduling_strategy", None)
+        return opts
+
+    def _move_actor(self, d: MigrationDecision, loop: OnPolicyLoop, node_id: str, options: dict[str, Any]) -> str:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        i = d.rank
+        generation = self._generation[i] = self._generation.get(i, 0) + 1
+        strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
+        new = self.roles.spawn_actor(i, self.roles.actor_seed(i, generation),
+                                     {**options, "scheduling_strategy": strategy}, replacement=True)
+        try:
+            ray.get(new.ready.remote(), timeout=self.config.migration.ready_timeout_s)
+        except BaseException:
+            ray.kill(new)
+            raise
+        in_flight = loop.in_flight(i)  # the old actor's rollouts stay in their batches
+        ray.wait(in_flight, num_returns=len(in_flight), timeout=self.config.migration.ready_timeout_s)
+        old, self.roles.actors[i] = self.roles.actors[i], new
+        self._forget_role("actor", i)
+        ray.kill(old)
+        return f"replacement seed {self.roles.actor_seed(i, generation)}; {len(in_flight)} rollout(s) in flight kept"
+
+    def _move_learner(self, d: MigrationDecision, loop: OnPolicyLoop, node_id: str, options: dict[str, Any]) -> str:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from kilorl.trainer.checkpoint import load_checkpoint
+
+        timeout = self.config.migration.ready_timeout_s
+        old = self.roles.learners[d.rank]
+        before = ray.get(old.weights_digest.remote(), timeout=timeout)
+        path = self.save()
+        state, _ = load_checkpoint(path)
+        strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
+        new = self.roles.spawn_learner(d.rank, state, {**options, "scheduling_strategy": strategy}, replacement=True)
+        try:
+            ray.get(new.start.remote(None), timeout=timeout)
+            ray.get(new.publish.remote(loop.iteration), timeout=timeout)  # republish the current version
+            after = ray.get(new.weights_digest.remote(), timeout=timeout)
+        except BaseException:
+            ray.kill(new)
+            raise
+        if after != before:
+            ray.kill(new)
+            raise RuntimeError(f"the replacement's weights (digest {after}) differ from the old learner's ({before})")
+        old, self.roles.learners[d.rank] = self.roles.learners[d.rank], new
+        self._forget_role("learner", d.rank)
+        ray.kill(old)
+        return f"resumed from {path.name} at version {loop.iteration} (weights digest {after:.6g})"
+
+    def _forget_role(self, role: str, rank: int) -> None:
+        """The old process's verdicts and open question go with it."""
+        self._asks.pop((role, rank), None)
+        self._status.pop((role, rank), None)
+
+    def _stop(self, record: MigrationRecord, outcome: str) -> None:
+        """The fallback: a clean checkpoint, then the run stops."""
+        record.outcome = outcome
+        path = self.save()
+        self.stop_reason = (f"{record.role}[{record.rank}] could not be moved off node {record.from_node} "
+                            f"({record.detail}); checkpoint {path}; stopping the run")
+        self._event_of(record.role, record.rank, outcome)
+        self._finish(record)
+
+    # -- reporting --------------------------------------------------------------------------------
+    def _event(self, d: MigrationDecision, event: str) -> None:
+        self._event_of(d.role, d.rank, event)
+
+    def _event_of(self, role: str, rank: int, event: str) -> None:
+        if self._metrics is None:  # the driver's own series appear with its first migration event
+            from kilorl.monitor.runtime import role_metrics
+            from kilorl.roles.monitoring import current_node
+
+            self._metrics = role_metrics(self.run_dir, "driver", 0, current_node(), self.config)
+        self._metrics.record_migration(role, rank, event)
+
+    def _finish(self, record: MigrationRecord) -> None:
+        self.records.append(record)
+        path = self.run_dir / "monitor" / "migrations.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            f.write(json.dumps(asdict(record)) + "\n")
+        took = f" in {record.serving_s:.1f} s" if record.serving_s is not None else ""
+        print(f"migration: {record.role}[{record.rank}] {record.outcome}{took}: {record.from_node} -> "
+              f"{record.to_node}; {record.detail}", flush=True)
+
+    def close(self) -> None:
+        """Send the last events, then stop reporting."""
+        if self._metrics is not None:
+            self._metrics.push()
+            self._metrics.close()
+            self._metrics = None
+
+
+def _ray_nodes() -> list[dict[str, Any]]:
+    import ray
+
+    return ray.nodes()

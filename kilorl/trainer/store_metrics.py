@@ -1,0 +1,95 @@
+"""Store-tier usage of a run's store workers, reported to the monitor by the driver.
+
+Parameters (and, with ``store.transport: store``, rollouts) live in the run's store
+workers, one per node (kilorl.trainer.store_fleet). Every ``REPORT_EVERY_S`` the driver
+asks each worker for its ``stats`` and reports, as role ``store`` with the worker's rank
+(workers ordered by Ray node id) and the worker's ``node`` label,
+``kilorl_store_tier_used_bytes`` and ``kilorl_store_tier_capacity_bytes`` per tier
+(``device``, ``host`` for the shared-memory arena, ``disk``). The series go through the
+driver's node exporter. Hit rates are not reported: the workers keep no per-tier hit
+or miss counters yet (docs/monitor.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from kilorl.monitor.discovery import node_socket_path
+from kilorl.monitor.reporter import RoleMetrics
+from kilorl.monitor.runtime import socket_dir
+from kilorl.monitor.settings import MonitorConfig
+from kilorl.roles.monitoring import node_label
+
+log = logging.getLogger(__name__)
+
+REPORT_EVERY_S = 2.0
+"""How often, at most, the driver reads the workers' stats."""
+TIER_LABELS = {"device": "device", "dram": "host", "disk": "disk"}
+"""Store tier name -> the metrics' ``tier`` label."""
+
+
+def tier_usage(stats: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    """``{tier label: (used bytes, capacity bytes)}`` from a worker's ``stats`` reply."""
+    out = {}
+    for tier, label in TIER_LABELS.items():
+        t = stats.get("tiers", {}).get(tier)
+        if t is not None and "used" in t and "capacity" in t:
+            out[label] = (float(t["used"]), float(t["capacity"]))
+    return out
+
+
+class StoreTierReporter:
+    """Reads every store worker's tier usage and pushes it as role ``store`` to the driver's exporter."""
+
+    def __init__(self, run_dir: str, config: MonitorConfig, driver_node: str, addresses: dict[str, str],
+                 token: str | None) -> None:
+        sink = str(node_socket_path(socket_dir(run_dir), driver_node))
+        self.workers = sorted(addresses.items())
+        self.token = token
+        self.metrics = [RoleMetrics("store", rank, node_label(node_id), sink=sink, sample_resources=False,
+                                    push_interval_s=config.prometheus.push_interval_s)
+                        for rank, (node_id, _) in enumerate(self.workers)]
+        self._clients: dict[str, Any] = {}
+        self._next = 0.0
+
+    def report(self, force: bool = False) -> None:
+        """One reading of every worker (at most every ``REPORT_EVERY_S``); a worker that does not answer is skipped."""
+        now = time.monotonic()
+        if not force and now < self._next:
+            return
+        self._next = now + REPORT_EVERY_S
+        for metrics, (_, address) in zip(self.metrics, self.workers):
+            try:
+                stats = self._client(address).stats()
+            except Exception as err:  # noqa: BLE001 - a restarting worker: no reading this time
+                log.debug("monitor: store worker %s gave no stats (%s)", address, err)
+                self._drop(address)
+                continue
+            for tier, (used, capacity) in tier_usage(stats).items():
+                metrics.set_store_tier(tier, used, capacity)
+            metrics.push()
+
+    def _client(self, address: str) -> Any:
+        client = self._clients.get(address)
+        if client is None:
+            from kilorl.store import StoreClient
+
+            client = self._clients[address] = StoreClient(address, self.token, zero_copy=False)
+        return client
+
+    def _drop(self, address: str) -> None:
+        client = self._clients.pop(address, None)
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001 - already broken
+                pass
+
+    def close(self) -> None:
+        """The workers' series leave the exporter with the run."""
+        for address in list(self._clients):
+            self._drop(address)
+        for m in self.metrics:
+            m.close()
