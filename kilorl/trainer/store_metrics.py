@@ -5,9 +5,11 @@ workers, one per node (kilorl.trainer.store_fleet). Every ``REPORT_EVERY_S`` the
 asks each worker for its ``stats`` and reports, as role ``store`` with the worker's rank
 (workers ordered by Ray node id) and the worker's ``node`` label,
 ``kilorl_store_tier_used_bytes`` and ``kilorl_store_tier_capacity_bytes`` per tier
-(``device``, ``host`` for the shared-memory arena, ``disk``). The series go through the
-driver's node exporter. Hit rates are not reported: the workers keep no per-tier hit
-or miss counters yet (docs/monitor.md).
+(``device``, ``host`` for the shared-memory arena, ``disk``), and the lookups behind the
+hit rates: ``kilorl_store_hits_total{tier}`` counts reads that tier served,
+``kilorl_store_misses_total{tier}`` reads that had to go past it to a colder one (host:
+reads served from disk or L2; disk: from L2), from the workers' ``reads_<tier>``
+counters. The series go through the driver's node exporter.
 """
 
 from __future__ import annotations
@@ -28,6 +30,13 @@ REPORT_EVERY_S = 2.0
 """How often, at most, the driver reads the workers' stats."""
 TIER_LABELS = {"device": "device", "dram": "host", "disk": "disk"}
 """Store tier name -> the metrics' ``tier`` label."""
+
+
+def tier_lookups(counters: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """``{tier label: (hits, misses)}`` from a worker's cumulative ``reads_<tier>`` counters."""
+    reads = {t: int(counters.get(f"reads_{t}", 0)) for t in ("device", "dram", "disk", "l2")}
+    return {"device": (reads["device"], 0), "host": (reads["dram"], reads["disk"] + reads["l2"]),
+            "disk": (reads["disk"], reads["l2"])}
 
 
 def tier_usage(stats: dict[str, Any]) -> dict[str, tuple[float, float]]:
@@ -53,6 +62,8 @@ class StoreTierReporter:
                         for rank, (node_id, _) in enumerate(self.workers)]
         self._clients: dict[str, Any] = {}
         self._next = 0.0
+        self._seen: dict[tuple[str, str], tuple[int, int]] = {}
+        """(address, tier) -> the worker's (hits, misses) at the last reading: counters advance by the difference."""
 
     def report(self, force: bool = False) -> None:
         """One reading of every worker (at most every ``REPORT_EVERY_S``); a worker that does not answer is skipped."""
@@ -69,6 +80,12 @@ class StoreTierReporter:
                 continue
             for tier, (used, capacity) in tier_usage(stats).items():
                 metrics.set_store_tier(tier, used, capacity)
+            for tier, (hits, misses) in tier_lookups(stats.get("counters", {})).items():
+                old_hits, old_misses = self._seen.get((address, tier), (0, 0))
+                if hits < old_hits or misses < old_misses:  # the worker restarted: its counters began again
+                    old_hits, old_misses = 0, 0
+                metrics.inc_store_lookups(tier, hits=hits - old_hits, misses=misses - old_misses)
+                self._seen[address, tier] = (hits, misses)
             metrics.push()
 
     def _client(self, address: str) -> Any:

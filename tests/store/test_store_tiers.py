@@ -121,3 +121,24 @@ def test_device_tier_on_cpu(workers, tmp_path):
     for i in range(10):
         assert torch.equal(c.get(f"dev{i}"), torch.full((MiB // 4,), float(i)))
     assert torch.equal(c.get("policy/w")["w"], weights["w"])
+
+
+def test_reads_are_counted_by_the_tier_that_served_them(workers, tmp_path):
+    """The hit rates: a read of a spilled object counts for disk, even though it is promoted on the way."""
+    w = workers("--shm-size", "16MiB", "--disk-dir", str(tmp_path / "spill"), "--disk-size", "256MiB")
+    c = w.client()
+    for i in range(40):  # 40 MiB into a 16 MiB arena
+        c.set(f"obj{i}", blob(i))
+    where = {f"obj{i}": c.locate(f"obj{i}")["tier"] for i in range(40)}
+    in_memory = [k for k, t in where.items() if t == "dram"][:3]
+    on_disk = [k for k, t in where.items() if t == "disk"][:2]
+    assert in_memory and on_disk
+    before = c.stats()["counters"]
+    for key in in_memory + on_disk:
+        c.get(key)
+    with pytest.raises(KeyError):
+        c.get("never-written")  # a missing key is no read of any tier
+    after = c.stats()["counters"]
+    assert after["reads_dram"] - before["reads_dram"] == len(in_memory)
+    assert after["reads_disk"] - before["reads_disk"] == len(on_disk)
+    assert after["reads_l2"] == before["reads_l2"] and after["reads_device"] == before["reads_device"]

@@ -32,7 +32,7 @@ STORES = [("store", "0")]
 
 # Which roles of a training run report each metric. Exceptions, explicitly:
 # * store tier usage: the driver reads it from the run's store worker (role ``store``);
-# * store hit/miss series: the store workers keep no per-tier hit counters yet, so nothing reports them;
+# * store hit/miss series: from the store worker's per-tier read counters, also through the driver (role ``store``);
 # * migration events: recorded only when a migration happens, which a healthy run never has;
 # * device and GPU series: absent on a CPU-only machine (checked absent below).
 REPORTED_BY = {
@@ -43,9 +43,10 @@ REPORTED_BY = {
     "kilorl_memory_leak_slope_bytes_per_second": EVERY_ROLE, "kilorl_memory_leak_suspected": EVERY_ROLE,
     "kilorl_memory_time_to_limit_seconds": EVERY_ROLE, "kilorl_memory_limit_bytes": EVERY_ROLE,
     "kilorl_store_tier_used_bytes": STORES, "kilorl_store_tier_capacity_bytes": STORES,
+    "kilorl_store_hits_total": STORES, "kilorl_store_misses_total": STORES,
 }
-NOT_IN_A_TRAINING_RUN = {"kilorl_store_hits_total", "kilorl_store_misses_total", "kilorl_migration_events_total"}
-NO_DATA_PANELS = {"Store hit rate", "Migration events"}
+NOT_IN_A_TRAINING_RUN = {"kilorl_migration_events_total"}
+NO_DATA_PANELS = {"Migration events"}
 
 
 def _config(total_env_steps: int):

@@ -27,6 +27,10 @@ from kilorl.store.wire.shm import Arena
 log = logging.getLogger("kilorl.store.local.objects")
 
 
+
+READ_TIERS = ("device", "dram", "disk", "l2")
+"""Where a read can be served from (``ReadHandle.tier``), each with a ``reads_<tier>`` counter."""
+
 class ObjectStore:
     """Object table and tiers of one worker, and the moves between tiers."""
 
@@ -50,7 +54,8 @@ class ObjectStore:
         self.available = {"dram"} | ({"disk"} if self.disk else set()) | ({"device"} if self.device else set())
         self.objects: dict[str, Obj] = {}
         self._gens = itertools.count(1)
-        self.counters = {"promotions": 0, "demotions": 0, "evictions_to_l2": 0, "expired": 0}
+        self.counters = {"promotions": 0, "demotions": 0, "evictions_to_l2": 0, "expired": 0,
+                         **{f"reads_{tier}": 0 for tier in READ_TIERS}}
         self.l2: L2Store | None = None
         if spec.l2_dir:
             self.l2 = L2Store(spec.l2_dir, spec.write_back_queue, self.is_current, self.may_delete_l2)
@@ -274,12 +279,17 @@ class ObjectStore:
         del self.objects[obj.key]
         self._release_storage(obj)
 
-    def acquire(self, key: str, timeout: float | None = None, _retry: bool = True) -> ReadHandle:
+    def acquire(self, key: str, timeout: float | None = None) -> ReadHandle:
         """A reference to an object's bytes; promotes it first when tiering says so.
 
         Files (disk tier, L2) are read outside the lock, into a DRAM region reserved for
         the promotion when there is room, so a large promotion does not stall other requests.
+        Counts the read under the tier whose bytes served it (``reads_<tier>``, the hit rates;
+        a file read promoted into DRAM on the way counts as ``disk`` / ``l2``).
         """
+        return self._acquire(key, timeout)
+
+    def _acquire(self, key: str, timeout: float | None = None, _retry: bool = True) -> ReadHandle:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self.lock:
             obj = self.live(key)
@@ -299,8 +309,10 @@ class ObjectStore:
                 cold = obj.tier in ("disk", None)
             if obj.tier == "dram":
                 obj.region.refs += 1
+                self.counters["reads_dram"] += 1
                 return ReadHandle(obj.meta, obj.size, "dram", region=obj.region)
             if obj.tier == "device":
+                self.counters["reads_device"] += 1
                 # The reply decides between a CUDA IPC handle and a host copy (server/reads.read_reply).
                 return ReadHandle(obj.meta, obj.size, "device", tensor=obj.tensor)
             src = (obj.tier, obj.disk_path, obj.l2_path, obj.l2_offset)
@@ -326,7 +338,10 @@ class ObjectStore:
                     self._unref(region)
                 if unchanged or not _retry:
                     raise StoreError(f"reading {key!r} from its {src[0] or 'l2'} file failed")
-            elif region is not None:
+            else:  # served from a file (even when promoted on the way): a miss of the memory tiers
+                self.counters[f"reads_{src[0] or 'l2'}"] += 1
+                if region is None:
+                    return ReadHandle(obj.meta, obj.size, src[0] or "l2", data=into)
                 if unchanged:
                     self._release_storage(obj)
                     obj.region, obj.tier = region, "dram"
@@ -335,9 +350,7 @@ class ObjectStore:
                 # Otherwise the key changed meanwhile: serve the bytes read (a consistent
                 # snapshot of the version looked up); the region goes with the reader's lease.
                 return ReadHandle(obj.meta, obj.size, "dram", region=region)
-            else:
-                return ReadHandle(obj.meta, obj.size, src[0] or "l2", data=into)
-        return self.acquire(key, timeout, _retry=False)  # the object moved under us: look it up again
+        return self._acquire(key, timeout, _retry=False)  # the object moved under us: look it up again
 
     def _read_file(self, src: tuple, target: memoryview) -> None:
         tier, disk_path, l2_path, l2_offset = src
