@@ -210,14 +210,20 @@ def leftover_gpus(state: CapacityState, wl: Workload) -> dict[str, float]:
 def sliver_floor(placed: dict[Demand, int]) -> float:
     """GPUs that must stay idle given the placed pods, from slivers only smaller tasks can fill.
 
-    A device holding a shared pod of s > 500 milli keeps 1000 - s free unless pods of at most
-    1000 - s milli join it; so, for each such s, at least ``n_s * (1000 - s)`` minus the share
-    of all placed pods small enough stays idle. The largest of these bounds, in GPUs.
+    A device holds at most one shared pod of s > 500 milli, and keeps its room 1000 - s free
+    unless pods of at most that room join it. So for any room size r, the devices whose big
+    pod leaves a room <= r keep at least (the sum of their rooms) - (the share of all placed
+    shared pods <= r milli) idle. The largest of these bounds over r, in GPUs. Pods are
+    counted by share (pods of one share with other CPU or memory asks add up).
     """
-    best = 0.0
+    by_share: Counter[int] = Counter()
     for d, n in placed.items():
-        if d.shared and d.gpu_milli > 500:
-            room = 1000 - d.gpu_milli
-            fill = sum(c * e.gpu_milli for e, c in placed.items() if e.shared and e.gpu_milli <= room)
-            best = max(best, (n * room - fill) / 1000.0)
+        if d.shared:
+            by_share[d.gpu_milli] += n
+    rooms = sorted({1000 - s for s in by_share if s > 500})
+    best = 0.0
+    for r in rooms:
+        idle = sum(n * (1000 - s) for s, n in by_share.items() if s > 500 and 1000 - s <= r)
+        fill = sum(n * s for s, n in by_share.items() if s <= r)
+        best = max(best, (idle - fill) / 1000.0)
     return best

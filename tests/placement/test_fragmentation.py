@@ -110,10 +110,14 @@ def test_sliver_floor_by_hand():
     def shared(milli: int) -> Demand:
         return Demand(1, milli, 1000, 1024)
 
-    # 810-milli pods: 3 x 190 idle, less the one 160-milli pod that can join them: 410.
-    # 650-milli pods: 2 x 350, less the 160 and the 320 that fit beside them: 220.
+    # Rooms <= 190: the 810-milli pods' 3 x 190, less the one 160-milli pod that can join: 410.
+    # Rooms <= 350: those plus the 650-milli pods' 2 x 350, less the 160 and the 320: 790.
     placed = {shared(810): 3, shared(160): 1, shared(650): 2, shared(320): 1, WHOLE: 4}
-    assert sliver_floor(placed) == pytest.approx(0.41)
+    assert sliver_floor(placed) == pytest.approx(0.79)
+    # With many small pods the tightest room size wins: 3 x 190 - 160 = 410 beats 1270 - 1120.
+    assert sliver_floor({**placed, shared(320): 3}) == pytest.approx(0.41)
+    # Pods of one share count together whatever their CPU ask: 3 x 190 - 160.
+    assert sliver_floor({shared(810): 2, Demand(1, 810, 2000, 1024): 1, shared(160): 1}) == pytest.approx(0.41)
     assert sliver_floor({shared(400): 5, WHOLE: 1}) == 0.0
 
 
