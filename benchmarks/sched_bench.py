@@ -92,13 +92,13 @@ def fill_tables(results: list[dict], traces: list[str]) -> str:
     return "\n".join(out)
 
 
-def queue_table(results: list[dict], traces: list[str], disciplines: list[str]) -> str:
+def queue_table(results: list[dict], traces: list[str], disciplines: list[str], policies: list[str]) -> str:
     by = {(r["trace"], r["policy"], r["discipline"]): r for r in results}
     out = ["| trace | policy | discipline | delay p50 / p99 (s) | mean delay (s) | drained (s) | makespan (s) "
            "| mean alloc until drained | max queued | CPU p50 / p99 (µs) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for t in traces:
         for disc in disciplines:
-            for p in POLICIES:
+            for p in policies:
                 r = by[(t, p, disc)]
                 out.append(f"| {t} | {p} | {disc} | {r['delay_s_p50']:.0f} / {r['delay_s_p99']:.0f} | {r['delay_s_mean']:.1f} | "
                            f"{r['drain_s']:.0f} | {r['makespan_s']:.0f} | {r['mean_allocation_rate_until_drained']:.2%} | "
@@ -258,6 +258,7 @@ def main() -> int:
     ap.add_argument("--traces", nargs="*", default=list(TRACES), help="pod lists for fill mode (none: skip)")
     ap.add_argument("--queue-traces", nargs="*", default=None,
                     help="pod lists for queue mode (default: those of --traces with durations)")
+    ap.add_argument("--policies", nargs="*", default=list(POLICIES), help="queue-mode policies (fill mode runs all)")
     ap.add_argument("--disciplines", nargs="*", default=list(DISCIPLINES), help="queue-mode disciplines")
     ap.add_argument("--target-load", type=float, default=1.3)
     ap.add_argument("--workers", type=int, default=2, help="simulation processes (the machine is shared)")
@@ -276,7 +277,7 @@ def main() -> int:
         print(layout_tables(args.seeds, args.repeats) + "\n")
     queue = args.queue_traces if args.queue_traces is not None else [t for t in args.traces if has_durations(data, t)]
     jobs = [(str(data), t, p, "fill", "fifo", args.target_load) for t in args.traces for p in POLICIES]
-    jobs += [(str(data), t, p, "queue", d, args.target_load) for t in queue for d in args.disciplines for p in POLICIES]
+    jobs += [(str(data), t, p, "queue", d, args.target_load) for t in queue for d in args.disciplines for p in args.policies]
     with multiprocessing.Pool(max(1, args.workers)) as pool:
         results = []
         for r in pool.imap_unordered(_run, jobs):
@@ -289,7 +290,7 @@ def main() -> int:
         print(fill_tables([r for r in results if r["mode"] == "fill"], args.traces) + "\n")
     if queue:
         print(f"### Queue mode (a backlog of {args.target_load:.0%} of the GPU capacity at t = 0, recorded durations)\n")
-        print(queue_table([r for r in results if r["mode"] == "queue"], queue, args.disciplines) + "\n")
+        print(queue_table([r for r in results if r["mode"] == "queue"], queue, args.disciplines, args.policies) + "\n")
     for trace in args.holes:
         print(f"### Where binpack-topo's idle share sits: `{trace}`\n")
         print(holes_table(data, trace) + "\n")
