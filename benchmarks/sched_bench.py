@@ -92,18 +92,56 @@ def fill_tables(results: list[dict], traces: list[str]) -> str:
     return "\n".join(out)
 
 
-def queue_table(results: list[dict], traces: list[str], disciplines: list[str]) -> str:
+def queue_table(results: list[dict], traces: list[str], disciplines: list[str], policies: list[str]) -> str:
     by = {(r["trace"], r["policy"], r["discipline"]): r for r in results}
     out = ["| trace | policy | discipline | delay p50 / p99 (s) | mean delay (s) | drained (s) | makespan (s) "
            "| mean alloc until drained | max queued | CPU p50 / p99 (µs) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for t in traces:
         for disc in disciplines:
-            for p in POLICIES:
+            for p in policies:
                 r = by[(t, p, disc)]
                 out.append(f"| {t} | {p} | {disc} | {r['delay_s_p50']:.0f} / {r['delay_s_p99']:.0f} | {r['delay_s_mean']:.1f} | "
                            f"{r['drain_s']:.0f} | {r['makespan_s']:.0f} | {r['mean_allocation_rate_until_drained']:.2%} | "
                            f"{r['max_queued']} | {r['cpu_us_p50']:.0f} / {r['cpu_us_p99']:.0f} |")
     return "\n".join(out)
+
+
+def holes_table(data: Path, trace: str) -> str:
+    """binpack-topo in fill mode on ``trace``: where the idle share sits at the end, by the room
+    left on each device and whether a task of the list could use it, and which shares were rejected."""
+    from collections import Counter
+
+    from kilorl.placement.fragmentation import Workload
+    from kilorl.placement.simulate import PodScheduler, fill_sequence
+
+    topo = read_nodes(data / "openb_node_list_gpu_node.csv")
+    pods = read_pods(data / f"openb_pod_list_{trace}.csv")
+    state = CapacityState(topo)
+    sched = PodScheduler(state, "binpack-topo", Workload.of([p.demand for p in pods], state.model_names))
+    arrived, rejected = Counter(), Counter()
+    seq = fill_sequence(pods, state.gpu_capacity_milli, 1.3)
+    for pod in seq:
+        d = pod.demand
+        key = f"{d.gpu_milli}" if d.shared else (f"{d.num_gpus} GPU" if d.num_gpus else "CPU")
+        arrived[key] += 1
+        rejected[key] += sched.try_place(pod) is None
+    shared = sorted({p.demand for p in pods if p.demand.shared}, key=lambda d: d.gpu_milli)
+    idle: Counter = Counter()
+    for n, g in zip(*np.nonzero(state.gpu_free > 0), strict=True):
+        room = int(state.gpu_free[n, g])
+        by_gpu = [d for d in shared if d.gpu_milli <= room]
+        fits = any(state.cpu_free[n] >= d.cpu_milli and state.mem_free[n] >= d.mem_mib for d in by_gpu)
+        size = "1000" if room == 1000 else ("< 50" if room < 50 else ("50-219" if room < 220 else "220-999"))
+        idle[(size, "a pod of the list fits" if fits else ("CPU/memory short" if by_gpu else "no share that small"))] += room
+    lines = [f"`{trace}`: {len(seq) / len(pods):.2f} passes of the list; idle GPU share at 130% arrived by the room "
+             "left on its device (milli) and whether some sharing pod of the list fits there:", "",
+             "| room | a pod of the list fits | CPU/memory short | no share that small |", "|---|---|---|---|"]
+    for size in ("< 50", "50-219", "220-999", "1000"):
+        cells = [f"{idle[(size, c)] / 1000:.1f}" for c in ("a pod of the list fits", "CPU/memory short", "no share that small")]
+        lines.append(f"| {size} | " + " | ".join(cells) + " |")
+    lines += ["", "Rejected / arrived pods by GPU share (milli) or GPU count: " + ", ".join(
+        f"{k}: {rejected[k]}/{arrived[k]}" for k in sorted(arrived, key=lambda k: (len(k), k)))]
+    return "\n".join(lines)
 
 
 def has_durations(data: Path, trace: str) -> bool:
@@ -220,6 +258,7 @@ def main() -> int:
     ap.add_argument("--traces", nargs="*", default=list(TRACES), help="pod lists for fill mode (none: skip)")
     ap.add_argument("--queue-traces", nargs="*", default=None,
                     help="pod lists for queue mode (default: those of --traces with durations)")
+    ap.add_argument("--policies", nargs="*", default=list(POLICIES), help="queue-mode policies (fill mode runs all)")
     ap.add_argument("--disciplines", nargs="*", default=list(DISCIPLINES), help="queue-mode disciplines")
     ap.add_argument("--target-load", type=float, default=1.3)
     ap.add_argument("--workers", type=int, default=2, help="simulation processes (the machine is shared)")
@@ -228,6 +267,7 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=0, help="synthetic RL jobs on the 1024-GPU cluster (0: skip)")
     ap.add_argument("--replay", action="store_true", help="add the replay-mode table of `default`")
     ap.add_argument("--no-layout", action="store_true", help="skip the 1024-GPU layout tables")
+    ap.add_argument("--holes", nargs="*", default=[], help="pod lists whose idle share binpack-topo leaves is broken down")
     args = ap.parse_args()
     data = Path(args.data)
     print(f"Machine: {platform.node()}, {platform.processor() or platform.machine()}, Python {platform.python_version()}, "
@@ -237,7 +277,7 @@ def main() -> int:
         print(layout_tables(args.seeds, args.repeats) + "\n")
     queue = args.queue_traces if args.queue_traces is not None else [t for t in args.traces if has_durations(data, t)]
     jobs = [(str(data), t, p, "fill", "fifo", args.target_load) for t in args.traces for p in POLICIES]
-    jobs += [(str(data), t, p, "queue", d, args.target_load) for t in queue for d in args.disciplines for p in POLICIES]
+    jobs += [(str(data), t, p, "queue", d, args.target_load) for t in queue for d in args.disciplines for p in args.policies]
     with multiprocessing.Pool(max(1, args.workers)) as pool:
         results = []
         for r in pool.imap_unordered(_run, jobs):
@@ -250,7 +290,10 @@ def main() -> int:
         print(fill_tables([r for r in results if r["mode"] == "fill"], args.traces) + "\n")
     if queue:
         print(f"### Queue mode (a backlog of {args.target_load:.0%} of the GPU capacity at t = 0, recorded durations)\n")
-        print(queue_table([r for r in results if r["mode"] == "queue"], queue, args.disciplines) + "\n")
+        print(queue_table([r for r in results if r["mode"] == "queue"], queue, args.disciplines, args.policies) + "\n")
+    for trace in args.holes:
+        print(f"### Where binpack-topo's idle share sits: `{trace}`\n")
+        print(holes_table(data, trace) + "\n")
     if args.replay:
         print("### Alibaba `default`, replay mode (arrivals and departures as recorded)\n")
         print(replay_table(data, "default") + "\n")

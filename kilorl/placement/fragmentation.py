@@ -23,12 +23,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from kilorl.placement.requests import Demand
 from kilorl.placement.state import CapacityState
+from kilorl.placement.topology import Topology
 
 MEASURES: tuple[str, ...] = ("paper", "strand")
 """``paper``: the FGD artifact's measure (CPU and GPU only; CPU-only tasks see every free GPU
@@ -88,6 +89,38 @@ class Workload:
             cpu_per_gpu=per_gpu(sum(c * d.cpu_milli for d, c in common)),
             mem_per_gpu=per_gpu(sum(c * d.mem_mib for d, c in common)),
         )
+
+
+    def reweighted(self, factor: np.ndarray) -> Workload:
+        """The same types with each popularity multiplied by ``factor`` (not renormalized)."""
+        return replace(self, prob=self.prob * factor)
+
+
+RARE_HOSTS = 0.1
+"""A GPU task type that fits, on the empty cluster, on fewer than this share of the GPU nodes has rare hosts."""
+
+
+def host_weights(wl: Workload, topology: Topology) -> np.ndarray:
+    """Per type: (GPU nodes) / (nodes that can host it when empty) for types with rare hosts, else 1.
+
+    Why: ``F_n(m)`` is local to a node, so FGD charges breaking a node for type m by m's
+    popularity alone, as if m could go anywhere. A type that only a few nodes can ever host
+    (an 8-GPU pod asking 120 cores and 640 GB: 39 of 1,213 nodes) loses a large share of its
+    capacity with each such node broken, so its popularity is counted per eligible node.
+    Types that most nodes can host keep their weight (counting them per node as well
+    changes the placement of common multi-GPU pods for the worse).
+    """
+    empty = CapacityState(topology)
+    gpu_nodes = empty.node_model >= 0
+    n = max(1, int(gpu_nodes.sum()))
+    model = np.clip(empty.node_model, 0, None)
+    out = np.ones(len(wl.prob))
+    for t in np.flatnonzero(wl.num_gpus > 0):
+        d = Demand(int(wl.num_gpus[t]), int(wl.gpu_milli[t]), int(wl.cpu_milli[t]), int(wl.mem_mib[t]))
+        hosts = int((empty.fits(d) & wl.model_mask[t][model] & gpu_nodes).sum())
+        if 0 < hosts < RARE_HOSTS * n:
+            out[t] = n / hosts
+    return out
 
 
 def node_fragmentation(
@@ -177,14 +210,20 @@ def leftover_gpus(state: CapacityState, wl: Workload) -> dict[str, float]:
 def sliver_floor(placed: dict[Demand, int]) -> float:
     """GPUs that must stay idle given the placed pods, from slivers only smaller tasks can fill.
 
-    A device holding a shared pod of s > 500 milli keeps 1000 - s free unless pods of at most
-    1000 - s milli join it; so, for each such s, at least ``n_s * (1000 - s)`` minus the share
-    of all placed pods small enough stays idle. The largest of these bounds, in GPUs.
+    A device holds at most one shared pod of s > 500 milli, and keeps its room 1000 - s free
+    unless pods of at most that room join it. So for any room size r, the devices whose big
+    pod leaves a room <= r keep at least (the sum of their rooms) - (the share of all placed
+    shared pods <= r milli) idle. The largest of these bounds over r, in GPUs. Pods are
+    counted by share (pods of one share with other CPU or memory asks add up).
     """
-    best = 0.0
+    by_share: Counter[int] = Counter()
     for d, n in placed.items():
-        if d.shared and d.gpu_milli > 500:
-            room = 1000 - d.gpu_milli
-            fill = sum(c * e.gpu_milli for e, c in placed.items() if e.shared and e.gpu_milli <= room)
-            best = max(best, (n * room - fill) / 1000.0)
+        if d.shared:
+            by_share[d.gpu_milli] += n
+    rooms = sorted({1000 - s for s in by_share if s > 500})
+    best = 0.0
+    for r in rooms:
+        idle = sum(n * (1000 - s) for s, n in by_share.items() if s > 500 and 1000 - s <= r)
+        fill = sum(n * s for s, n in by_share.items() if s <= r)
+        best = max(best, (idle - fill) / 1000.0)
     return best

@@ -5,9 +5,10 @@
 - ``pack``: Ray PACK-like: nodes the gang already uses first, then the most allocated node.
 - ``fgd``: FGD as published (Weng et al., ATC'23): the node and device where the
   cluster's fragmentation (paper measure) grows least; ties to the lowest index.
-- ``binpack-topo`` (ours): the node whose fragmentation (``strand`` measure) grows least,
-  then the tightest fit; devices chosen island-aware. Its gang-level topology step (one
-  island, one node, one leaf) lives in ``scheduler``.
+- ``binpack-topo`` (ours): the node whose fragmentation (``strand`` measure, types with
+  rare hosts counted per eligible node) plus ratio stranding grows least, then the
+  tightest fit; devices chosen island-aware. Its gang-level topology step (one island, one
+  node, one leaf) lives in ``scheduler``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ def check_policy(name: str) -> str:
 
 def scorer_for(policy: str, workload: Workload) -> FragScorer | None:
     """The fragmentation scorer a policy needs (None for those that ignore fragmentation)."""
-    return FragScorer(workload, MEASURE[policy]) if policy in MEASURE else None
+    if policy not in MEASURE:
+        return None
+    return FragScorer(workload, MEASURE[policy], rare_hosts=policy == "binpack-topo")
 
 
 def pick_gpus(policy: str, state: CapacityState, node: int, demand: Demand, device: int = -1,

@@ -10,12 +10,17 @@ Two disciplines:
 - ``fifo``: strict arrival order; the head of the queue blocks everything behind it.
 - ``backfill``: a pod that fits starts at once even if older pods wait (no reservation, so
   a big pod can wait long; the delay p99 shows it).
-- ``reserve``: backfill, but the oldest waiting pod holds one node (among those it fits on
-  when empty, the one with the most free GPU share) that no younger pod may take, so it
-  starts once that node has drained (EASY-style, without runtime estimates).
+- ``reserve``: EASY backfilling (Lifka, 1995) with the recorded durations as runtime
+  estimates. The oldest waiting pod (the head) holds a reservation: the node where it fits
+  soonest once the running pods leave at their known end times, and that time (the shadow
+  time). A younger pod may start anywhere else at once, and on the reserved node only if it
+  ends by the shadow time; so the head starts at the shadow time at the latest, while the
+  rest of the cluster keeps backfilling.
 
 Invariant that keeps it cheap: with ``backfill`` every queued pod fits nowhere, so when a
-pod leaves node n only pods that fit on n can start, and only on n. With ``fifo`` only the
+pod leaves node n only pods that fit on n can start, and only on n. With ``reserve`` the same
+holds for the nodes a pod may use (a pod barred from the reserved node stays barred while
+that reservation lasts: time only moves towards the shadow time). With ``fifo`` only the
 head is ever tried. A pod bigger than any empty node is rejected on arrival.
 """
 
@@ -25,6 +30,7 @@ import heapq
 import time
 from collections import Counter, deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -56,9 +62,11 @@ class QueueSimulation:
         empty = CapacityState(sched.state.topology)
         self._could = {d: empty.fits(d) for d in {p.demand for p in pods}}
         self._never = {d for d, ok in self._could.items() if not ok.any()}
-        self.reserved = -1
-        """Node held for the head of the queue (``reserve``), -1 for none."""
-        self._open = np.ones(len(sched.state.cpu_free), dtype=bool)
+        self.reservation = Reservation(-1, float("inf"))
+        """Node and shadow time held for the head of the queue (``reserve``); node -1 for none."""
+        self.on_node: dict[int, set[int]] = {}
+        """Running pods per node (their end times give the head's reservation)."""
+        self.end = np.full(len(pods), np.inf)
 
     def _try(self, i: int, mask: np.ndarray | None = None) -> bool:
         t0, c0 = time.perf_counter(), time.thread_time()
@@ -71,8 +79,22 @@ class QueueSimulation:
         self.live[i] = a
         self.start[i] = self.now
         self.res.placed += 1
-        heapq.heappush(self.events, (self.now + (self.pods[i].deletion - self.pods[i].creation), 0, i))
+        self.end[i] = self.now + self._duration(i)
+        self.on_node.setdefault(a.node, set()).add(i)
+        heapq.heappush(self.events, (self.end[i], 0, i))
         return True
+
+    def _duration(self, i: int) -> float:
+        return float(self.pods[i].deletion - self.pods[i].creation)
+
+    def _mask(self, i: int) -> np.ndarray | None:
+        """Nodes pod ``i`` may start on now: all, but the reserved node only if ``i`` ends by the shadow time."""
+        r = self.reservation
+        if r.node < 0 or self.now + self._duration(i) <= r.shadow:
+            return None
+        mask = np.ones(len(self.sched.state.cpu_free), dtype=bool)
+        mask[r.node] = False
+        return mask
 
     def _arrive(self, i: int) -> None:
         self.res.arrived += 1
@@ -82,7 +104,7 @@ class QueueSimulation:
             self.res.rejected.append(self.pods[i].name)
             return
         if not self.queue or self.discipline != "fifo":
-            if self._try(i, self._open if self.reserved >= 0 else None):
+            if self._try(i, self._mask(i)):
                 return
         self.queue.append(i)
         self.queued[self.pods[i].demand] += 1
@@ -90,19 +112,30 @@ class QueueSimulation:
             self._reserve()
 
     def _reserve(self) -> None:
-        """Hold a node for the head of the queue; release the old one."""
-        if self.reserved >= 0:
-            self._open[self.reserved] = True
-        self.reserved = -1
+        """Reserve for the head of the queue the node where it fits soonest (ties: lowest index)."""
+        self.reservation = Reservation(-1, float("inf"))
         if self.queue:
-            state = self.sched.state
-            could = np.flatnonzero(self._could[self.pods[self.queue[0]].demand])
-            best = could[np.lexsort((could, -state.cpu_free[could], -state.gpu_total[could]))[0]]
-            self.reserved = int(best)
-            self._open[best] = False
+            head = self.pods[self.queue[0]].demand
+            for node in np.flatnonzero(self._could[head]):
+                t = self._earliest_fit(int(node), head)
+                if t < self.reservation.shadow:
+                    self.reservation = Reservation(int(node), t)
+
+    def _earliest_fit(self, node: int, d: Demand) -> float:
+        """When ``d`` fits on ``node`` if its running pods leave at their end times and nothing joins."""
+        state = self.sched.state
+        gpu, cpu, mem = state.gpu_free[node].copy(), int(state.cpu_free[node]), int(state.mem_free[node])
+        for j in sorted(self.on_node.get(node, ()), key=lambda j: self.end[j]):
+            a = self.live[j]
+            gpu[list(a.gpus)] += a.gpu_milli
+            cpu, mem = cpu + a.cpu_milli, mem + a.mem_mib
+            if _fits(gpu, cpu, mem, d):
+                return float(self.end[j])
+        return float("inf")
 
     def _depart(self, i: int) -> None:
         a = self.live.pop(i)
+        self.on_node[a.node].discard(i)
         self.sched.release(a)
         state = self.sched.state
         if self.discipline == "fifo":
@@ -111,29 +144,31 @@ class QueueSimulation:
             return
         opened = [a.node]
         if self.discipline == "reserve":
+            old = self.reservation.node
             head_started = False
             while self.queue and self._try(self.queue[0]):
                 self._dequeued(self.queue.popleft())
                 head_started = True
             if head_started:
-                if self.reserved >= 0:
-                    opened.append(self.reserved)
                 self._reserve()
-            opened = [n for n in opened if n != self.reserved]
-        self._backfill(state, opened)
+                if old >= 0:
+                    opened.append(old)
+        self._backfill(state, sorted(set(opened)))
 
     def _backfill(self, state: CapacityState, nodes: list[int]) -> None:
-        """Queued pods fit nowhere but on ``nodes`` (the ones that just freed up): start those that fit there."""
+        """Queued pods fit nowhere they may go but on ``nodes`` (the ones that just freed up):
+        start those that fit there (``reserve``: on the reserved node only if they end in time)."""
         if not nodes or not any(state.fits_on(n, d) for n in nodes for d in self.queued):
             return
-        only = np.zeros(len(state.cpu_free), dtype=bool)
-        only[nodes] = True
-        blocked: set[Demand] = set()  # the nodes only get fuller during this pass
+        blocked: set[tuple[Demand, bool]] = set()  # the nodes only get fuller during this pass
         kept: deque[int] = deque()
         for j in self.queue:
             d = self.pods[j].demand
-            if d in blocked or not any(state.fits_on(n, d) for n in nodes) or not self._try(j, only):
-                blocked.add(d)
+            mask = self._mask(j)
+            usable = [n for n in nodes if mask is None or mask[n]]
+            key = (d, len(usable) == len(nodes))
+            if key in blocked or not any(state.fits_on(n, d) for n in usable) or not self._try(j, _only(state, usable)):
+                blocked.add(key)
                 kept.append(j)
             else:
                 self._dequeued(j)
@@ -182,6 +217,31 @@ class QueueSimulation:
             "max_queued": max((s["queued"] for s in self.res.timeline), default=0),
             "never_started": int((~started).sum()) - self.res.failed,
         }
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """The head of the queue may start on ``node`` at ``shadow`` (s) at the latest."""
+
+    node: int
+    shadow: float
+
+
+def _fits(gpu: np.ndarray, cpu: int, mem: int, d: Demand) -> bool:
+    """``d`` fits a node with these free devices, CPU and memory (model checked by the caller)."""
+    if cpu < d.cpu_milli or mem < d.mem_mib:
+        return False
+    if d.num_gpus == 0:
+        return True
+    if d.shared:
+        return bool((gpu >= d.gpu_milli).any())
+    return int((gpu == 1000).sum()) >= d.num_gpus
+
+
+def _only(state: CapacityState, nodes: list[int]) -> np.ndarray:
+    mask = np.zeros(len(state.cpu_free), dtype=bool)
+    mask[nodes] = True
+    return mask
 
 
 def require_durations(pods: Sequence[TracePod]) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kilorl.placement.fragmentation import Workload, node_fragmentation
+from kilorl.placement.fragmentation import Workload, host_weights, node_fragmentation
 from kilorl.placement.requests import Demand
 from kilorl.placement.state import CapacityState
 
@@ -42,12 +42,16 @@ class FragScorer:
     """
 
     workload: Workload
+    """The target workload; with ``rare_hosts``, reweighted by ``host_weights`` on the first full refresh."""
     measure: str = "paper"
+    rare_hosts: bool = False
+    """Count the popularity of types with rare hosts per eligible node (``fragmentation.host_weights``)."""
     version: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     shapes: dict[Demand, _ShapeCache] = field(default_factory=dict)
     _values: np.ndarray = field(default_factory=lambda: np.zeros(0))
     _dirty: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     _state: CapacityState | None = None
+    _base: Workload | None = None
 
     @property
     def values(self) -> np.ndarray:
@@ -70,6 +74,9 @@ class FragScorer:
     def refresh(self, state: CapacityState, nodes: np.ndarray | list[int] | None = None) -> None:
         """Recompute ``F_n`` of ``nodes`` (all when None) and invalidate their cached gradients."""
         if nodes is None or self._state is not state or len(self._values) != len(state.cpu_free):
+            if self.rare_hosts and (self._state is None or self._state.topology is not state.topology):
+                self._base = self._base or self.workload
+                self.workload = self._base.reweighted(host_weights(self._base, state.topology))
             self._state = state
             self._values = self.frag(state.gpu_free, state.cpu_free, state.mem_free, state.node_model)
             self._dirty = np.zeros(len(state.cpu_free), dtype=bool)

@@ -8,6 +8,7 @@ import pytest
 from kilorl.placement import Demand, topology_from_dict
 from kilorl.placement.fragmentation import (
     Workload,
+    host_weights,
     leftover_gpus,
     node_fragmentation,
     ratio_stranding,
@@ -109,10 +110,14 @@ def test_sliver_floor_by_hand():
     def shared(milli: int) -> Demand:
         return Demand(1, milli, 1000, 1024)
 
-    # 810-milli pods: 3 x 190 idle, less the one 160-milli pod that can join them: 410.
-    # 650-milli pods: 2 x 350, less the 160 and the 320 that fit beside them: 220.
+    # Rooms <= 190: the 810-milli pods' 3 x 190, less the one 160-milli pod that can join: 410.
+    # Rooms <= 350: those plus the 650-milli pods' 2 x 350, less the 160 and the 320: 790.
     placed = {shared(810): 3, shared(160): 1, shared(650): 2, shared(320): 1, WHOLE: 4}
-    assert sliver_floor(placed) == pytest.approx(0.41)
+    assert sliver_floor(placed) == pytest.approx(0.79)
+    # With many small pods the tightest room size wins: 3 x 190 - 160 = 410 beats 1270 - 1120.
+    assert sliver_floor({**placed, shared(320): 3}) == pytest.approx(0.41)
+    # Pods of one share count together whatever their CPU ask: 3 x 190 - 160.
+    assert sliver_floor({shared(810): 2, Demand(1, 810, 2000, 1024): 1, shared(160): 1}) == pytest.approx(0.41)
     assert sliver_floor({shared(400): 5, WHOLE: 1}) == 0.0
 
 
@@ -151,3 +156,44 @@ def test_ratio_stranding_sends_cpu_work_where_cpu_is_plentiful():
     # nodes and it takes node 0; the ratio stranding there would grow by 500, so binpack-topo
     # takes node 1.
     assert chosen == {"fgd": 0, "binpack-topo": 1}
+
+
+def small_and_one_big(small: int) -> CapacityState:
+    """``small`` nodes of 2 GPUs and 16 cores, then one node of 8 GPUs and 128 cores."""
+    gpus = {"model": "T4", "memory_gb": 16}
+    return CapacityState(topology_from_dict({
+        "node_types": {"small": {"cpus": 16, "memory_gb": 64, "gpus": {**gpus, "count": 2}},
+                       "big": {"cpus": 128, "memory_gb": 1024, "gpus": {**gpus, "count": 8}}},
+        "node_groups": [{"type": "small", "count": small, "prefix": "s"}, {"type": "big", "count": 1, "prefix": "b"}],
+    }))
+
+
+BIG = Demand(8, 1000, 120_000, 1024)
+ONE = Demand(1, 1000, 1000, 1024)
+
+
+def test_types_only_a_few_nodes_can_host_are_weighted_per_eligible_node():
+    # 20 GPU nodes; BIG fits on 1 (< 10% of them): weight 20 / 1. ONE fits on all 20: weight 1.
+    state = small_and_one_big(19)
+    wl = Workload.of([ONE] * 99 + [BIG], state.model_names)
+    weights = dict(zip((int(n) for n in wl.num_gpus), host_weights(wl, state.topology), strict=True))
+    assert weights == {1: 1.0, 8: 20.0}
+    # 9 small nodes + 1 big: BIG's host is 1 of 10 nodes, not fewer than 10%: weight 1.
+    state10 = small_and_one_big(9)
+    assert host_weights(Workload.of([ONE] * 99 + [BIG], state10.model_names), state10.topology).tolist() == [1.0, 1.0]
+
+
+def test_rare_host_weight_makes_breaking_the_big_node_expensive():
+    state = small_and_one_big(19)
+    wl = Workload.of([ONE] * 99 + [BIG], state.model_names)  # p(BIG) = 0.01
+    both = np.array([0, 19])  # a small node, the big node
+    plain = FragScorer(wl, "strand")
+    plain.refresh(state)
+    delta, _ = plain.gradient(state, ONE, both)
+    # Small node: BIG never fits there, its free 2000 -> 1000 milli: -1000 * 0.01 = -10.
+    # Big node: BIG fits now (F = 0); after ONE, 7000 milli free that BIG cannot use: +70.
+    assert delta.tolist() == pytest.approx([-10.0, 70.0])
+    weighted = FragScorer(wl, "strand", rare_hosts=True)
+    weighted.refresh(state)
+    delta, _ = weighted.gradient(state, ONE, both)
+    assert delta.tolist() == pytest.approx([-200.0, 1400.0])  # x 20

@@ -73,7 +73,35 @@ def test_reserve_keeps_a_node_for_the_oldest_waiting_pod(tmp_path):
     # backfill: p2 takes the free GPU at once and p1 waits for it too: p1 starts at 20.
     bf = run(trace, "binpack-topo", "backfill")
     assert bf.extra["delay_s_mean"] == pytest.approx(20 / 3, abs=0.05) and bf.extra["makespan_s"] == 25.0
-    # reserve: the node is held for p1, so p2 waits; p1 starts at 10, p2 at 15.
+    # reserve: p1's shadow time is 10 (p0 leaves); p2 (20 s) would end after it, so it waits;
+    # p1 starts at 10, p2 at 15.
     rs = run(trace, "binpack-topo", "reserve")
     assert rs.extra["delay_s_mean"] == pytest.approx(25 / 3, abs=0.05) and rs.extra["makespan_s"] == 35.0
     assert rs.extra["drain_s"] == 15.0
+
+
+@pytest.fixture
+def reserved_head(tmp_path):
+    """Nodes a (2 GPUs) then b (1 GPU). p0 1 GPU 10 s; p1 2 GPUs 5 s (fits on a only);
+    p2 and p3 1 GPU 20 s; p4 1 GPU 3 s. All submitted at t = 0, in that order."""
+    (tmp_path / "nodes.csv").write_text("sn,cpu_milli,memory_mib,gpu,model\na,16000,65536,2,T4\nb,16000,65536,1,T4\n")
+    (tmp_path / "pods.csv").write_text(HEAD + "p0,1000,1024,1,1000,0,10\np1,1000,1024,2,1000,0,5\n"
+                                       "p2,1000,1024,1,1000,0,20\np3,1000,1024,1,1000,0,20\np4,1000,1024,1,1000,0,3\n")
+    return read_nodes(tmp_path / "nodes.csv"), read_pods(tmp_path / "pods.csv")
+
+
+def test_reserve_lets_only_pods_that_end_by_the_shadow_time_onto_the_reserved_node(reserved_head):
+    # p0 -> a; p1 waits, reserving a until p0 ends (shadow time 10). p2 (20 s) may not use a's
+    # free GPU but takes b at once; p3 (20 s) waits; p4 (3 s, ends by 10) backfills onto a.
+    # t=10: p1 starts on a (to 15); p3's reservation is a at 15, where it starts (to 35).
+    # Delays: 0, 10, 0, 15, 0.
+    rs = run(reserved_head, "first-fit", "reserve")
+    assert rs.placed == 5 and rs.extra["never_started"] == 0
+    assert rs.extra["delay_s_mean"] == pytest.approx(5.0) and rs.extra["drain_s"] == 15.0
+    assert rs.extra["makespan_s"] == 35.0
+    # Backfill without a reservation: p3 takes a's free GPU until 20, so p1 waits until 20.
+    # p4 waits for p0 (10). Delays: 0, 20, 0, 0, 10.
+    bf = run(reserved_head, "first-fit", "backfill")
+    assert bf.extra["delay_s_mean"] == pytest.approx(6.0) and bf.extra["drain_s"] == 20.0
+    assert bf.extra["makespan_s"] == 25.0
+
