@@ -27,8 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "replay: recorded arrivals and departures; queue: a backlog of --target-load x capacity "
                           "that waits for room and runs for the recorded durations")
     sim.add_argument("--discipline", default="fifo", choices=("fifo", "backfill", "reserve"),
-                     help="queue mode: strict arrival order; start any pod that fits; or that, with the oldest "
-                          "waiting pod holding a node (default fifo)")
+                     help="queue mode: strict arrival order; start any pod that fits; or EASY backfilling: the "
+                          "oldest waiting pod reserves the node it fits on soonest (recorded durations), others "
+                          "start elsewhere or end before it (default fifo)")
     sim.add_argument("--target-load", type=float, default=1.3,
                      help="fill and queue modes: GPU share submitted, x capacity (default 1.3)")
     sim.add_argument("--limit", type=int, help="use only the first N pods of the trace")
