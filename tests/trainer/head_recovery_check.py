@@ -94,14 +94,6 @@ def main() -> None:
             if not members_seen(address, token, 2):
                 raise SystemExit(f"worker {address} does not serve after the run; restarts {fleet.restarts()}:\n"
                                  f"{worker_log(address)}")
-        # A failed-over client returns to its own worker on its next operation once that worker
-        # serves (checked at most every HOME_CHECK_S): when the run ended before the restarted
-        # head served, give each actor further reads (one rollout each) for a bounded time.
-        deadline = time.monotonic() + 20.0
-        sources = ray.get([a.parameter_source.remote() for a in actors])
-        while [address for _, address in sources] != workers and time.monotonic() < deadline:
-            ray.get([a.collect.options(num_returns=2).remote(loop.iteration)[1] for a in actors])
-            sources = ray.get([a.parameter_source.remote() for a in actors])
         latest = {}
         for n, address in zip(nodes, workers):
             with StoreClient(address, token=token) as c:
@@ -110,7 +102,7 @@ def main() -> None:
             "nodes": nodes, "workers": workers, "rows": rows, "restarts": fleet.restarts(),
             "head_pid_changed": fleet.pids()[0] != head_pid, "republished": loop.republished,
             "members": [members_seen(a, token, 2) for a in workers], "latest": latest,
-            "actor_sources": sources,
+            "actor_sources": ray.get([a.parameter_source.remote() for a in actors]),
         }))
     finally:
         if fleet is not None:
