@@ -23,6 +23,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from kilorl.roles.remote import ActorProcess, LearnerProcess
 from kilorl.store import StoreClient
+from kilorl.store.client.store_client import HOME_CHECK_S
 from kilorl.trainer.loop import OnPolicyLoop
 from kilorl.trainer.session import parameter_store
 from kilorl.trainer.store_fleet import StoreFleet
@@ -86,6 +87,12 @@ def main() -> None:
                          "versions": [i["version"] for i in it.infos]})
             if it.iteration == KILL_AFTER:
                 os.kill(head_pid, signal.SIGKILL)
+            elif it.iteration == KILL_AFTER + 1:
+                # Once the restarted head serves, a failed-over client goes home on its first
+                # operation after HOME_CHECK_S: let that interval pass so the remaining
+                # iterations (not the run's end) decide whether the actors read locally again.
+                members_seen(fleet.connector.addresses[nodes[0]], fleet.connector.token, 2)
+                time.sleep(HOME_CHECK_S + 0.2)
         token = fleet.connector.token
         workers = [fleet.connector.addresses[n] for n in nodes]
         print(json.dumps({"rows": rows, "restarts": fleet.restarts(), "republished": loop.republished}),
