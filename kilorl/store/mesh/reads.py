@@ -183,6 +183,9 @@ class RemoteReads:
                 if source != rec.holder:
                     exclude.add(source)  # a relay failed: go to the holder next time
                 elif rec.holder not in self.links.membership.view.members and not rec.durable:
+                    # The holder died before its owner marked the record lost: a copy may adopt it.
+                    if self.rescue(key, rec.rec):
+                        continue
                     raise ObjectLost(f"key {key!r} was held only by worker {rec.holder}, which died") from None
             if time.monotonic() >= deadline:
                 raise ObjectLost(f"key {key!r}: holder {rec.holder} unreachable for {self.get_timeout}s")
