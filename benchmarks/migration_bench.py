@@ -4,9 +4,12 @@ Runs ``tests/trainer/migration_check.py`` (CartPole, 2 actors, 1 learner; actor 
 learner 0 leak 24 MiB/s by fault injection) ``--runs`` times, each in a fresh process
 with a fresh ``ray.cluster_utils.Cluster``, and prints per role the decision -> serving
 seconds of every run and their median, the level the leaking role had reached against
-its limit, and whether env-step accounting was exact.
+its limit, and whether env-step accounting was exact. ``--check store`` runs
+``tests/trainer/store_migration_check.py`` instead: the store worker of rank 1 leaks, and
+"serving" is its hand-off done and the newest policy read whole without it.
 
     PYTHONPATH=. python benchmarks/migration_bench.py --runs 3
+    PYTHONPATH=. python benchmarks/migration_bench.py --runs 3 --check store
 """
 
 from __future__ import annotations
@@ -23,8 +26,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def one_run(run_dir: Path) -> dict:
-    out = subprocess.run([sys.executable, "-m", "tests.trainer.migration_check", str(run_dir)], capture_output=True,
+CHECKS = {"roles": "tests.trainer.migration_check", "store": "tests.trainer.store_migration_check"}
+
+
+def one_run(run_dir: Path, check: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", CHECKS[check], str(run_dir)], capture_output=True,
                          text=True, timeout=600, cwd=REPO, env={**os.environ, "RAY_ADDRESS": ""})
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-3000:])
@@ -34,11 +40,12 @@ def one_run(run_dir: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--check", choices=sorted(CHECKS), default="roles", help="actor and learner, or a store worker")
     args = ap.parse_args()
     serving: dict[str, list[float]] = {"actor": [], "learner": []}
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(args.runs):
-            r = one_run(Path(tmp) / f"run{k}")
+            r = one_run(Path(tmp) / f"run{k}", args.check)
             exact = r["env_steps"] == r["total_env_steps"] == r["rows"][-1]["iteration"] * r["batch"]
             for rec in r["records"]:
                 serving.setdefault(rec["role"], []).append(rec["serving_s"] or float("nan"))

@@ -55,6 +55,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cl.add_argument("--lease-ttl", type=float, default=3.0, help="seconds without heartbeat before a worker is dead")
     cl.add_argument("--fanout", type=int, default=2, help="copies a holder serves before readers relay")
     start.add_argument("--foreground", action="store_true", help="run in this process instead of daemonizing")
+    start.add_argument("--inject-leak", type=float, metavar="BYTES_PER_S",
+                       help="fault injection for drills: the worker leaks this much resident memory per second")
+    start.add_argument("--inject-leak-after", type=float, default=0.0, metavar="S",
+                       help="seconds after start-up before the injected leak begins")
     start.add_argument("--log-level", default="INFO")
     for name, text in (("stop", "stop a worker (clean: write-back queue flushed)"),
                        ("status", "tier usage, object counts and clients of a worker; ring and members of a cluster")):
@@ -117,7 +121,8 @@ def _forward(args: argparse.Namespace) -> list[str]:
         value = getattr(args, name)
         if value is not None:
             out += [f"--{name.replace('_', '-')}", str(value)]
-    for name in ("join", "metastore", "cluster_name", "member_id", "lease_ttl", "fanout"):
+    for name in ("join", "metastore", "cluster_name", "member_id", "lease_ttl", "fanout", "inject_leak",
+                 "inject_leak_after"):
         value = getattr(args, name)
         if value is not None:
             out += [f"--{name.replace('_', '-')}", str(value)]
@@ -145,6 +150,11 @@ def _start(args: argparse.Namespace) -> int:
         from kilorl.store.mesh.launch import run_worker
 
         logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        if args.inject_leak:
+            from kilorl.monitor.faults import LeakInjector
+
+            logging.warning("fault injection: this store worker leaks %.1f MiB/s", args.inject_leak / 2**20)
+            LeakInjector(args.inject_leak, args.inject_leak_after).start()
         try:
             return run_worker(rc, cluster)
         except StoreError as exc:

@@ -147,6 +147,12 @@ class RoleMetrics:
             self._status = self._sample_memory(now, self._sampler.read())
         return self._status
 
+    def observe_memory(self, reading: ResourceReading, now: float | None = None) -> list[MemoryStatus]:
+        """Memory of a process this object does not sample itself (e.g. a store worker read
+        through its ``stats``): sets the memory gauges and runs the leak detectors on it."""
+        self._status = self._sample_memory(time.monotonic() if now is None else now, reading)
+        return self._status
+
     def _sample_memory(self, now: float, r: ResourceReading) -> list[MemoryStatus]:
         self.child("kilorl_process_resident_memory_bytes").set(r.rss_bytes)
         host_limit = r.rss_bytes + r.host_available_bytes

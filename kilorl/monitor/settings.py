@@ -65,7 +65,7 @@ class LeakInjectionConfig(_Section):
     """Fault injection for tests and drills: one role process allocates host memory it never frees."""
 
     role: str = Field(min_length=1)
-    """Role name that leaks (actor, learner)."""
+    """Role name that leaks: actor, learner, or store (a store worker; its rank in head-first order, the head 0)."""
     rank: int = Field(default=0, ge=0)
     """Which instance of the role leaks."""
     bytes_per_s: float = Field(gt=0)
@@ -82,7 +82,7 @@ class MonitorConfig(_Section):
     migration: MigrationConfig = Field(default_factory=MigrationConfig)
     """When a suspected leak makes the trainer move a role away."""
     memory_budget_bytes: dict[str, int] = Field(default_factory=dict)
-    """Per role name (actor, learner, ...): host memory budget; the limit is the lower of it and node RAM."""
+    """Per role name (actor, learner, store, ...): host memory budget; the limit is the lower of it and node RAM."""
     inject_leaks: list[LeakInjectionConfig] = Field(default_factory=list)
     """Fault injection (tests, drills): roles that leak on purpose. The leak belongs to the process: a
     replacement started by a migration does not inherit it (a Ray restart after a crash does)."""

@@ -38,14 +38,16 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 
 def worker_command(host: str, run_dir: Path, token: str, shm_size: str, keep_versions: int,
-                   join: str | None, cluster_name: str, l2_dir: str | None = None) -> list[str]:
-    """The ``kilorl store start`` command line of one node's worker (the first is ``--head``)."""
+                   join: str | None, cluster_name: str, l2_dir: str | None = None,
+                   extra: list[str] | None = None) -> list[str]:
+    """The ``kilorl store start`` command line of one node's worker (the first is ``--head``);
+    ``extra``: further options (e.g. ``--inject-leak`` for a drill)."""
     cmd = [sys.executable, "-m", "kilorl.cli.main", "store", "start", "--foreground", "--host", host,
            "--port", "0", "--run-dir", str(run_dir), "--token", token, "--shm-size", shm_size,
            "--keep-versions", str(keep_versions), "--cluster-name", cluster_name, "--log-level", "WARNING"]
     if l2_dir:
         cmd += ["--l2-dir", l2_dir]
-    return cmd + (["--join", join] if join else ["--head"])
+    return cmd + (["--join", join] if join else ["--head"]) + list(extra or [])
 
 
 def read_info(path: Path) -> dict[str, Any] | None:
@@ -65,12 +67,14 @@ class WorkerProcess:
     """
 
     def __init__(self, host: str, token: str, shm_size: str, keep_versions: int, join: str | None,
-                 cluster_name: str, l2_dir: str | None = None, start_timeout: float = 60.0) -> None:
+                 cluster_name: str, l2_dir: str | None = None, start_timeout: float = 60.0,
+                 extra: list[str] | None = None) -> None:
         self.host = host
         self.run_dir = Path(tempfile.mkdtemp(prefix="kilorl-store-"))
         if l2_dir:
             Path(l2_dir).mkdir(parents=True, exist_ok=True)
-        self.cmd = worker_command(host, self.run_dir, token, shm_size, keep_versions, join, cluster_name, l2_dir)
+        self.cmd = worker_command(host, self.run_dir, token, shm_size, keep_versions, join, cluster_name, l2_dir,
+                                  extra)
         self.log = open(self.run_dir / "worker.log", "ab")  # noqa: SIM115 - closed in stop()
         self.start_timeout = start_timeout
         self.port: int | None = None
@@ -127,6 +131,20 @@ class WorkerProcess:
     def pid(self) -> int:
         return self.proc.pid
 
+    def retire(self, timeout: float = 60.0) -> int:
+        """Graceful leave, for good: SIGTERM makes a cluster worker hand its records and held
+        objects to the ring's other members before it exits; it is not restarted. Its exit code."""
+        self._stopping.set()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout)
+                raise TimeoutError(f"store worker {self.address()} did not finish its hand-off within {timeout:g}s") from None
+        return self.proc.returncode
+
     def stop(self, timeout: float = 10.0) -> None:
         self._stopping.set()
         if self.proc.poll() is None:
@@ -143,7 +161,7 @@ class StoreNode:
     """A store worker on this Ray actor's node. ``where()`` once it serves; ``stop()`` ends it."""
 
     def __init__(self, token: str, shm_size: str, keep_versions: int, join: Any, cluster_name: str,
-                 l2_dir: str | None = None, start_timeout: float = 60.0) -> None:
+                 l2_dir: str | None = None, start_timeout: float = 60.0, extra: list[str] | None = None) -> None:
         """``join``: the head's address, the head's ``StoreNode`` handle (waited on here, so a
         fleet's actors can all be created at once), or None to be the head."""
         import ray
@@ -152,7 +170,7 @@ class StoreNode:
             join = ray.get(join.where.remote())[1]
         self.node_id = ray.get_runtime_context().get_node_id()
         self.worker = WorkerProcess(ray.util.get_node_ip_address(), token, shm_size, keep_versions, join,
-                                    cluster_name, l2_dir, start_timeout)
+                                    cluster_name, l2_dir, start_timeout, extra)
         self.worker.wait_ready()
 
     def restart_count(self) -> int:
@@ -167,6 +185,10 @@ class StoreNode:
 
     def pid(self) -> int:
         return self.worker.pid()
+
+    def retire(self, timeout: float = 60.0) -> int:
+        """The worker leaves the mesh for good, handing off its objects (``WorkerProcess.retire``)."""
+        return self.worker.retire(timeout)
 
     def stop(self, timeout: float = 10.0) -> None:
         self.worker.stop(timeout)

@@ -14,7 +14,14 @@ A decision is carried out between two iterations of the data path (docs/monitor.
 * a learner (one learner per run): the run's checkpoint is written through the
   ``Checkpointer``, the replacement is built from that checkpoint on another node, publishes
   the current version again, is swapped in, and the old one is killed;
-* no node with room: event ``no_room``, a clean checkpoint, and the run stops (never a crash).
+* a store worker (not the head's, which hosts the mesh's metastore): it leaves the mesh
+  gracefully, handing its records and objects to the other workers (their nodes have the
+  room: the suspect node is the one left), and ends; the roles of its node fail over to
+  another member's worker, and roles started there later use the head's
+  (``StoreFleet.retire``). The move has served once the latest policy version reads whole
+  through the driver's worker;
+* no node with room (for a store worker: no other worker to take its objects): event
+  ``no_room``, a clean checkpoint, and the run stops (never a crash).
 
 Events go to ``kilorl_migration_events_total`` (the driver reports as role ``driver``), each
 finished attempt to ``RUN_DIR/monitor/migrations.jsonl`` with the time from the decision to
@@ -148,6 +155,14 @@ class Migrator:
                 self._status[key] = list(ray.get(ref))
             except ray.exceptions.RayError:  # dead or restarting: no verdict this round
                 self._status.pop(key, None)
+        store = self._store_reporter()
+        if store is not None:  # read by the driver itself, with the tier usage (kilorl.trainer.store_metrics)
+            for rank, statuses in store.memory_status().items():
+                self._status["store", rank] = statuses
+
+    def _store_reporter(self) -> Any:
+        monitor = getattr(self.roles, "monitor", None)
+        return getattr(monitor, "store", None)
 
     # -- carrying a decision out ------------------------------------------------------------------
     def _carry_out(self, d: MigrationDecision, loop: OnPolicyLoop) -> None:
@@ -158,6 +173,9 @@ class Migrator:
                                  status.level_bytes if status else float("nan"),
                                  status.limit_bytes if status else None, wall, None)
         print(f"migration: decided to move {d.role}[{d.rank}] off node {d.node}: {d.reason}", flush=True)
+        if d.role == "store":
+            self._carry_out_store(d, record, t0)
+            return
         if d.role not in ("actor", "learner"):
             record.detail = f"no migration for role {d.role!r}"
         elif d.role == "learner" and len(self.roles.learners) > 1:
@@ -184,6 +202,49 @@ class Migrator:
             self.policy.forget(d.role, d.rank)
         self._event(d, record.outcome)
         self._finish(record)
+
+    def _carry_out_store(self, d: MigrationDecision, record: MigrationRecord, t0: float) -> None:
+        """A store worker hands its objects to the other workers and leaves (see the module docstring)."""
+        reporter, fleet = self._store_reporter(), self.roles.fleet
+        workers = reporter.workers
+        live = [r for r in range(len(workers)) if r not in reporter.retired]
+        node_id = workers[d.rank][0]
+        if len(live) < 2:
+            record.detail = "no other store worker to hand its objects to"
+            self._stop(record, "no_room")
+            return
+        if node_id == fleet.connector.head:
+            record.detail = "the head's store worker hosts the mesh's metastore; moving it is not built"
+            self._stop(record, "failed")
+            return
+        record.to_node = node_label(fleet.connector.head)
+        self._event(d, "started")
+        held = reporter.objects(d.rank)
+        try:
+            fleet.retire(node_id, timeout=self.config.migration.ready_timeout_s)
+            reporter.retire(d.rank)
+            self._forget_role("store", d.rank)
+            version = self._read_latest_policy()
+        except Exception as err:  # noqa: BLE001 - reported; the run goes on with the workers it has
+            record.detail = f"{type(err).__name__}: {err}"
+            self.policy.forget(d.role, d.rank)
+        else:
+            record.outcome, record.serving_s = "completed", time.monotonic() - t0
+            record.detail = (f"{held if held is not None else 'its'} objects handed to the other "
+                             f"{len(live) - 1} worker(s); policy version {version} reads whole without it")
+        self._event(d, record.outcome)
+        self._finish(record)
+
+    def _read_latest_policy(self) -> int:
+        """The newest policy version, fetched whole through the driver's worker (the hand-off kept it)."""
+        from kilorl.algos import keys
+
+        store = self.roles.store
+        latest = store.latest_version(keys.POLICY)
+        if latest is None:
+            raise RuntimeError("no policy version is readable after the store worker left")
+        version, _ = store.fetch(keys.POLICY, latest)
+        return version
 
     def _options(self, role: str, instance: int) -> dict[str, Any]:
         """The role's resources as at start-up (its placement group bundle), without the group."""

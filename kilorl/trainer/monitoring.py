@@ -91,12 +91,13 @@ class SessionMonitor:
             self.run_dir, node, self.config.prometheus)
         return self.node_actors[node].address.remote()
 
-    def watch_store(self, addresses: dict[str, str], token: str | None) -> None:
-        """Report the tier usage of these store workers (Ray node id -> address) from now on."""
+    def watch_store(self, workers: list[tuple[str, str]], token: str | None) -> None:
+        """Report the tier usage and memory of these store workers (``(Ray node id, address)``
+        in rank order) from now on."""
         from kilorl.trainer.store_metrics import StoreTierReporter
 
-        if addresses and self.driver is not None:
-            self.store = StoreTierReporter(self.run_dir, self.config, self.here, addresses, token)
+        if workers and self.driver is not None:
+            self.store = StoreTierReporter(self.run_dir, self.config, self.here, workers, token)
             self.store.report(force=True)
 
     def refresh(self, force: bool = False) -> None:

@@ -141,7 +141,8 @@ class RoleSession:
         self.fleet.resolve()  # every worker answered above: records the addresses at once
         if self.monitor is not None:
             c = self.fleet.connector
-            self.monitor.watch_store(c.addresses or {ray.get_runtime_context().get_node_id(): c.default}, c.token)
+            self.monitor.watch_store(self.fleet.workers() or [(ray.get_runtime_context().get_node_id(), c.default)],
+                                     c.token)
         self.times.spawn_s = time.perf_counter() - t1
         self.times.total_s = time.perf_counter() - t0
 
@@ -201,12 +202,19 @@ class RoleSession:
         if st.address:
             return StoreFleet.external(st.address, st.token)
         # Not waited for here: the roles start alongside the workers (see _start's waits).
-        return StoreFleet.start(st.shm_size, st.keep_versions, l2_dir=self.l2_dir, wait=False)
+        return StoreFleet.start(st.shm_size, st.keep_versions, l2_dir=self.l2_dir, wait=False,
+                                extra=self._store_leaks())
 
     def _local_store(self) -> StoreFleet:
         from kilorl.trainer.store_fleet import StoreFleet
 
-        return StoreFleet.start_local(self.cfg.store.shm_size, self.cfg.store.keep_versions, l2_dir=self.l2_dir)
+        return StoreFleet.start_local(self.cfg.store.shm_size, self.cfg.store.keep_versions, l2_dir=self.l2_dir,
+                                      extra=self._store_leaks())
+
+    def _store_leaks(self) -> dict[int, list[str]]:
+        """``monitor.inject_leaks`` entries of role ``store``, as worker options per store rank."""
+        return {leak.rank: ["--inject-leak", str(leak.bytes_per_s), "--inject-leak-after", str(leak.start_after_s)]
+                for leak in self.cfg.monitor.inject_leaks if leak.role == "store"}
 
     @staticmethod
     def _wait_all(waits: dict[str, Any]) -> None:

@@ -39,11 +39,13 @@ class StoreFleet:
         return cls(NodeConnector({}, address, token or token_from_env()))
 
     @classmethod
-    def start_local(cls, shm_size: str, keep_versions: int, l2_dir: str | None = None) -> StoreFleet:
-        """Start this machine's worker now (loopback), before Ray; ``attach`` names its node."""
+    def start_local(cls, shm_size: str, keep_versions: int, l2_dir: str | None = None,
+                    extra: dict[int, list[str]] | None = None) -> StoreFleet:
+        """Start this machine's worker now (loopback), before Ray; ``attach`` names its node.
+        ``extra``: further worker options per store rank (this worker is rank 0)."""
         token = secrets.token_hex(16)
         worker = WorkerProcess("127.0.0.1", token, shm_size, keep_versions, None, f"run-{secrets.token_hex(4)}",
-                               l2_dir=None if l2_dir is None else f"{l2_dir}/local")
+                               l2_dir=None if l2_dir is None else f"{l2_dir}/local", extra=(extra or {}).get(0))
         return cls(NodeConnector({}, "", token), local=worker)
 
     def attach(self, node_id: str) -> None:
@@ -54,8 +56,9 @@ class StoreFleet:
 
     @classmethod
     def start(cls, shm_size: str, keep_versions: int, nodes: list[str] | None = None,
-              l2_dir: str | None = None, wait: bool = True) -> StoreFleet:
+              l2_dir: str | None = None, wait: bool = True, extra: dict[int, list[str]] | None = None) -> StoreFleet:
         """One worker per live Ray node (or per id in ``nodes``), the first as the mesh head.
+        ``extra``: further worker options per store rank (the order of ``workers()``).
 
         With ``wait=False`` the workers are only created: the caller starts its roles at
         once (their connector resolves its node's address on first use) and waits on
@@ -64,7 +67,7 @@ class StoreFleet:
         """
         fleet = cls(NodeConnector({}, "", secrets.token_hex(16)))
         try:
-            fleet._spawn(shm_size, keep_versions, nodes or _live_node_ids(), l2_dir)
+            fleet._spawn(shm_size, keep_versions, nodes or _live_node_ids(), l2_dir, extra or {})
             if wait:
                 fleet.resolve()
         except BaseException:
@@ -72,7 +75,8 @@ class StoreFleet:
             raise
         return fleet
 
-    def _spawn(self, shm_size: str, keep_versions: int, node_ids: list[str], l2_dir: str | None) -> None:
+    def _spawn(self, shm_size: str, keep_versions: int, node_ids: list[str], l2_dir: str | None,
+               extra: dict[int, list[str]]) -> None:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -85,7 +89,7 @@ class StoreFleet:
         def make(node_id: str, join: Any) -> Any:
             l2 = None if l2_dir is None else f"{l2_dir}/{node_id[:12]}"
             handle = remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(
-                token, shm_size, keep_versions, join, name, l2_dir=l2)
+                token, shm_size, keep_versions, join, name, l2_dir=l2, extra=extra.get(len(self.nodes)))
             self.nodes.append(handle)
             self.connector.nodes[node_id] = handle
             return handle
@@ -111,6 +115,33 @@ class StoreFleet:
             c.addresses[node] = address
         if c.head:
             c.default = c.addresses[c.head]
+
+    def workers(self) -> list[tuple[str, str]]:
+        """``(Ray node id, address)`` of every worker this run knows, the head first: the
+        order of the store ranks in metrics and migrations. Resolved workers only."""
+        c = self.connector
+        order = [c.head, *(n for n in c.addresses if n != c.head)] if c.head else list(c.addresses)
+        return [(n, c.addresses[n]) for n in order if n in c.addresses]
+
+    def retire(self, node_id: str, timeout: float = 60.0) -> str:
+        """Ends ``node_id``'s worker gracefully, for good: it hands its records and objects to
+        the other workers first. Roles created from now on use the head's worker on that
+        node; clients already connected fail over to another member (``StoreClient``).
+        Not the head's worker (it hosts the mesh's metastore). Returns the new address."""
+        import ray
+
+        c = self.connector
+        if node_id == c.head:
+            raise ValueError("the head's store worker hosts the mesh's metastore and cannot be retired")
+        handle = c.nodes.get(node_id)
+        if handle is None:
+            raise ValueError(f"node {node_id[:12]} has no store worker this run started")
+        code = ray.get(handle.retire.remote(timeout), timeout=timeout + 15)
+        if code not in (0, None):
+            raise RuntimeError(f"the store worker of node {node_id[:12]} exited with {code} during its hand-off")
+        c.addresses[node_id] = c.addresses[c.head]
+        del c.nodes[node_id]  # its actor stays in ``nodes`` until close()
+        return c.addresses[node_id]
 
     def pids(self) -> list[int]:
         import ray

@@ -85,3 +85,33 @@ def test_two_raylets_a_leaking_actor_and_learner_move_to_the_other_node_and_the_
     assert before and len(after) >= 10 and all(math.isfinite(v) for v in after)
     assert min(after[:10]) >= 0.5 * before[-1]
     assert after[-1] > r["rows"][0]["episode_return_mean"]
+
+
+@pytest.mark.slow
+def test_one_node_has_no_other_store_worker_so_a_leaking_one_is_checkpointed_and_the_run_stops(ray_local, tmp_path):
+    cfg = migration_config([{"role": "store", "rank": 0, "bytes_per_s": LEAK_BYTES_PER_S}], 256 * 4000)
+    result = Trainer(cfg, tmp_path / "run").fit()
+    assert result.stopped is not None and "could not be moved" in result.stopped
+    assert 0 < result.env_steps < cfg.train.total_env_steps and result.env_steps % cfg.batch_size == 0
+    [record] = [json.loads(x) for x in (tmp_path / "run/monitor/migrations.jsonl").read_text().splitlines()]
+    assert (record["role"], record["rank"], record["outcome"]) == ("store", 0, "no_room")
+    assert "no other store worker" in record["detail"]
+    assert record["level_bytes"] < record["limit_bytes"] == BUDGET_BYTES
+
+
+@pytest.mark.slow
+def test_two_raylets_a_leaking_store_worker_hands_off_its_objects_and_leaves_and_the_run_finishes_exactly():
+    out = subprocess.run([sys.executable, "-m", "tests.trainer.store_migration_check"], capture_output=True,
+                         text=True, timeout=480, cwd=REPO, env={**os.environ, "RAY_ADDRESS": ""})
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["stopped"] is None
+    assert r["env_steps"] == r["total_env_steps"] == r["rows"][-1]["iteration"] * r["batch"]  # exact accounting
+    [rec] = r["records"]
+    assert (rec["role"], rec["rank"], rec["outcome"]) == ("store", 1, "completed"), rec
+    assert rec["from_node"] != rec["to_node"] and rec["to_node"] in r["nodes"]
+    assert rec["level_bytes"] < rec["limit_bytes"] and rec["serving_s"] < 30.0
+    assert "reads whole without it" in rec["detail"]
+    # training went on through the hand-off: versions kept being published and episodes kept finishing
+    after = [x for x in r["rows"] if x["iteration"] > rec["iteration"]]
+    assert len(after) >= 10 and all(math.isfinite(x["episode_return_mean"]) for x in after if "episode_return_mean" in x)

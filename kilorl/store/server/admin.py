@@ -55,10 +55,20 @@ def stats(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     s.update(pid=w.pid, clients=len(w.connections), arena=str(w.arena.path), versions=w.versions.names(),
              streams=sorted(w.streams.streams), leases=sum(len(c.leases) for c in list(w.connections.values())))
     s["connection"] = {"id": conn.id, "bytes_read": conn.bytes_read}
+    s["process"] = _process_memory()
     info = w.router.info()
     if info is not None:
         s["cluster"] = info
     return Reply(s)
+
+
+def _process_memory() -> dict[str, float]:
+    """The worker process's resident memory and the node's available memory (what leak
+    detection watches: a monitor elsewhere reads them here, without the worker's pid)."""
+    import psutil
+
+    return {"rss_bytes": float(psutil.Process().memory_info().rss),
+            "host_available_bytes": float(psutil.virtual_memory().available)}
 
 
 @OPS.op("ping")
