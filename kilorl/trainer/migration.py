@@ -75,24 +75,45 @@ class MigrationRecord:
     detail: str = ""
 
 
-def nodes_with_room(nodes: list[Mapping[str, Any]], available: Mapping[str, Mapping[str, float]],
-                    need: Mapping[str, float], exclude: str) -> list[str]:
-    """Ray node ids that can take ``need`` (node resources) now, most free CPUs first.
+def replacement_node(nodes: list[Mapping[str, Any]], available: Mapping[str, Mapping[str, float]],
+                     need: Mapping[str, float], exclude: str, role: str = "replacement") -> str | None:
+    """The Ray node id the scheduler places one instance needing ``need`` (node resources) on.
 
-    ``exclude`` is the suspect node's label. When some nodes declare a kilorl node resource
-    (placement-managed clusters), only those take roles, as at start-up.
+    The cluster it sees is every alive node but the suspect one (``exclude``, a node label)
+    with what is free there now (Ray's available resources: placement-group reservations
+    taken out). When some nodes declare a kilorl node resource (placement-managed
+    clusters), only those take roles, as at start-up. The policy is the trainer's own
+    (``binpack-topo``): the node where the instance fits best, as at start-up. None when
+    no node has room.
     """
+    from kilorl.placement import CapacityState, Demand, GangRequest, Gpu, Node, PlacementError, Topology, place
+
     alive = [n for n in nodes if n.get("Alive")]
     named = [n for n in alive if any(k.startswith(NODE_RESOURCE_PREFIX) for k in n.get("Resources", {}))]
-    out = []
+    ids, shells, fractions = [], [], []
     for n in named or alive:
-        node_id = n["NodeID"]
-        free = available.get(node_id, {})
-        if node_label(node_id) == exclude:
+        if node_label(n["NodeID"]) == exclude:
             continue
-        if all(free.get(k, 0.0) + 1e-9 >= v for k, v in need.items() if v > 0):
-            out.append(node_id)
-    return sorted(out, key=lambda i: -available.get(i, {}).get("CPU", 0.0))
+        free = available.get(n["NodeID"], {})
+        gpus = max(free.get("GPU", 0.0), 0.0)
+        whole = int(gpus + 1e-9)
+        devices = tuple(Gpu(g, "GPU", 0.0, island=0) for g in range(whole + (gpus - whole > 1e-9)))
+        ids.append(n["NodeID"])
+        fractions.append(gpus - whole)
+        shells.append(Node(f"n{len(ids)}", max(free.get("CPU", 0.0), 0.0), max(free.get("memory", 0.0), 0.0) / 2**30,
+                           devices, (), "leaf-0", "leaf-0"))
+    if not ids:
+        return None
+    state = CapacityState(Topology("migration", tuple(shells)))
+    for i, frac in enumerate(fractions):
+        if frac > 1e-9:  # a device partly taken: only its free share is left
+            state.gpu_free[i, len(shells[i].gpus) - 1] = int(frac * 1000)
+    demand = Demand.of(need.get("GPU", 0.0), need.get("CPU", 0.0), need.get("memory", 0.0) / 2**30)
+    try:
+        placed = place(state, [GangRequest(role, 1, demand)], "binpack-topo")
+    except PlacementError:
+        return None
+    return ids[placed.allocations[0].node]
 
 
 def _available_per_node() -> dict[str, dict[str, float]]:
@@ -185,15 +206,15 @@ class Migrator:
         else:
             options = self._options(d.role, d.rank)
             need = {RESOURCE_KEYS[k]: float(v) for k, v in options.items() if k in RESOURCE_KEYS and v}
-            room = nodes_with_room(_ray_nodes(), _available_per_node(), need, exclude=d.node)
-            if not room:
+            target = replacement_node(_ray_nodes(), _available_per_node(), need, exclude=d.node, role=d.role)
+            if target is None:
                 record.detail = f"no other node has {need} free"
                 self._stop(record, "no_room")
                 return
-            record.to_node = node_label(room[0])
+            record.to_node = node_label(target)
             self._event(d, "started")
             try:
-                detail = (self._move_actor if d.role == "actor" else self._move_learner)(d, loop, room[0], options)
+                detail = (self._move_actor if d.role == "actor" else self._move_learner)(d, loop, target, options)
             except Exception as err:  # noqa: BLE001 - a failed move leaves the old role serving
                 record.detail = f"{type(err).__name__}: {err}"
             else:

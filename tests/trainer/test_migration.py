@@ -18,7 +18,7 @@ import pytest
 
 from kilorl.trainer import Trainer
 from kilorl.trainer.checkpoint import load_checkpoint
-from kilorl.trainer.migration import nodes_with_room
+from kilorl.trainer.migration import replacement_node
 from tests.conftest import REPO
 from tests.trainer.migration_config import BUDGET_BYTES, LEAK_BYTES_PER_S, migration_config
 
@@ -33,18 +33,27 @@ def _node(node_id: str, named: bool = True, alive: bool = True) -> dict:
 def test_room_excludes_the_suspect_node_and_nodes_without_the_free_resources():
     nodes = [_node(A), _node(B)]
     free = {A: {"CPU": 2.0, "memory": 2e9}, B: {"CPU": 0.5, "memory": 2e9}}
-    assert nodes_with_room(nodes, free, {"CPU": 1.0}, exclude=A[:12]) == []  # B has half a CPU
-    assert nodes_with_room(nodes, free, {"CPU": 0.5}, exclude=A[:12]) == [B]
-    assert nodes_with_room(nodes, free, {"CPU": 1.0}, exclude=B[:12]) == [A]
-    assert nodes_with_room(nodes, free, {"CPU": 1.0, "memory": 3e9}, exclude=B[:12]) == []
+    assert replacement_node(nodes, free, {"CPU": 1.0}, exclude=A[:12]) is None  # B has half a CPU
+    assert replacement_node(nodes, free, {"CPU": 0.5}, exclude=A[:12]) == B
+    assert replacement_node(nodes, free, {"CPU": 1.0}, exclude=B[:12]) == A
+    assert replacement_node(nodes, free, {"CPU": 1.0, "memory": 3e9}, exclude=B[:12]) is None
 
 
-def test_room_prefers_the_freest_node_and_skips_dead_and_unnamed_ones():
+def test_the_scheduler_packs_the_replacement_where_it_fits_best_and_skips_dead_and_unnamed_nodes():
     nodes = [_node(A), _node(B), _node(HEAD, named=False), _node("d" * 32, alive=False)]
     free = {A: {"CPU": 1.0}, B: {"CPU": 2.0}, HEAD: {"CPU": 8.0}, "d" * 32: {"CPU": 8.0}}
-    assert nodes_with_room(nodes, free, {"CPU": 1.0}, exclude="x" * 12) == [B, A]
+    assert replacement_node(nodes, free, {"CPU": 1.0}, exclude="x" * 12) == A  # binpack: the fuller node
+    assert replacement_node(nodes, free, {"CPU": 1.5}, exclude="x" * 12) == B
     unnamed = [_node(A, named=False), _node(B, named=False)]  # no node is placement-managed: all count
-    assert nodes_with_room(unnamed, free, {"CPU": 1.0}, exclude=B[:12]) == [A]
+    assert replacement_node(unnamed, free, {"CPU": 1.0}, exclude=A[:12]) == B
+
+
+def test_a_replacement_needing_a_device_goes_where_a_free_share_of_one_is_big_enough():
+    nodes = [_node(A), _node(B)]
+    free = {A: {"CPU": 2.0, "GPU": 0.5}, B: {"CPU": 2.0, "GPU": 1.0}}
+    assert replacement_node(nodes, free, {"CPU": 1.0, "GPU": 1.0}, exclude="x" * 12) == B
+    assert replacement_node(nodes, free, {"CPU": 1.0, "GPU": 0.5}, exclude="x" * 12) == A  # fills A's half device
+    assert replacement_node(nodes, free, {"CPU": 1.0, "GPU": 1.0}, exclude=B[:12]) is None
 
 
 @pytest.mark.slow
