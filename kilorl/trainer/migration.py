@@ -11,9 +11,11 @@ A decision is carried out between two iterations of the data path (docs/monitor.
   for; the old actor's rollouts in flight are waited for (they stay in the batch: env steps
   are counted from delivered rollouts only, never lost nor counted twice); the handle is
   swapped and the old actor killed;
-* a learner (one learner per run): the run's checkpoint is written through the
-  ``Checkpointer``, the replacement is built from that checkpoint on another node, publishes
-  the current version again, is swapped in, and the old one is killed;
+* a learner: the run's checkpoint is written through the ``Checkpointer``, the replacement
+  is built from that checkpoint on another node, publishes the current version again, is
+  swapped in, and the old one is killed. With several learners the process group must
+  re-form, so the whole group restarts from that checkpoint (the old group ended first, the
+  other ranks in their own bundles); if it cannot, the run stops on that checkpoint;
 * a store worker (not the head's, which hosts the mesh's metastore): it leaves the mesh
   gracefully, handing its records and objects to the other workers (their nodes have the
   room: the suspect node is the one left), and ends; the roles of its node fail over to
@@ -48,6 +50,15 @@ if TYPE_CHECKING:
 
 RESOURCE_KEYS = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
 """Ray ``.options`` resource arguments and the node resource each one takes."""
+
+
+class LearnerGroupLost(RuntimeError):
+    """The restarted learner group did not come up; the old one was already ended."""
+
+    def __init__(self, checkpoint: Path, cause: BaseException) -> None:
+        super().__init__(f"the restarted learner group failed ({type(cause).__name__}: {cause}); "
+                         f"the old group had ended")
+        self.checkpoint = checkpoint
 
 
 @dataclass
@@ -199,10 +210,6 @@ class Migrator:
             return
         if d.role not in ("actor", "learner"):
             record.detail = f"no migration for role {d.role!r}"
-        elif d.role == "learner" and len(self.roles.learners) > 1:
-            record.detail = "moving one of several learners is not built (the process group would re-form)"
-            self._stop(record, "failed")
-            return
         else:
             options = self._options(d.role, d.rank)
             need = {RESOURCE_KEYS[k]: float(v) for k, v in options.items() if k in RESOURCE_KEYS and v}
@@ -215,6 +222,10 @@ class Migrator:
             self._event(d, "started")
             try:
                 detail = (self._move_actor if d.role == "actor" else self._move_learner)(d, loop, target, options)
+            except LearnerGroupLost as err:
+                record.detail = str(err)
+                self._lost(record, err.checkpoint)
+                return
             except Exception as err:  # noqa: BLE001 - a failed move leaves the old role serving
                 record.detail = f"{type(err).__name__}: {err}"
             else:
@@ -295,32 +306,49 @@ class Migrator:
         return f"replacement seed {self.roles.actor_seed(i, generation)}; {len(in_flight)} rollout(s) in flight kept"
 
     def _move_learner(self, d: MigrationDecision, loop: OnPolicyLoop, node_id: str, options: dict[str, Any]) -> str:
+        """The learner moves by a restart from the run's checkpoint; with several learners the
+        whole group restarts (its process group re-forms), the others in their own bundles."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from kilorl.trainer.checkpoint import load_checkpoint
 
         timeout = self.config.migration.ready_timeout_s
-        old = self.roles.learners[d.rank]
-        before = ray.get(old.weights_digest.remote(), timeout=timeout)
+        olds = list(self.roles.learners)
+        before = ray.get(olds[d.rank].weights_digest.remote(), timeout=timeout)
         path = self.save()
         state, _ = load_checkpoint(path)
-        strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
-        new = self.roles.spawn_learner(d.rank, state, {**options, "scheduling_strategy": strategy}, replacement=True)
+        moved = {**options, "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}
+        gang = len(olds) > 1
+        if gang:  # the old group's bundles are where the others restart: free them first
+            for h in olds:
+                ray.kill(h)
+        new = [self.roles.spawn_learner(r, state, moved if r == d.rank else self._bundle("learner", r),
+                                        replacement=True) for r in range(len(olds))]
         try:
-            ray.get(new.start.remote(None), timeout=timeout)
-            ray.get(new.publish.remote(loop.iteration), timeout=timeout)  # republish the current version
-            after = ray.get(new.weights_digest.remote(), timeout=timeout)
-        except BaseException:
-            ray.kill(new)
+            master = ray.get(new[0].rendezvous.remote(), timeout=timeout) if gang else None
+            ray.get([h.start.remote(master) for h in new], timeout=timeout)
+            ray.get([h.publish.remote(loop.iteration) for h in new], timeout=timeout)  # republish the current version
+            after = ray.get([h.weights_digest.remote() for h in new], timeout=timeout)
+            if any(a != before for a in after):
+                raise RuntimeError(f"the restarted learners' weights (digests {after}) differ from the old ({before})")
+        except BaseException as err:
+            for h in new:
+                ray.kill(h)
+            if gang:  # the old group is gone: the run stops on the checkpoint just written
+                raise LearnerGroupLost(path, err) from err
             raise
-        if after != before:
-            ray.kill(new)
-            raise RuntimeError(f"the replacement's weights (digest {after}) differ from the old learner's ({before})")
-        old, self.roles.learners[d.rank] = self.roles.learners[d.rank], new
-        self._forget_role("learner", d.rank)
-        ray.kill(old)
-        return f"resumed from {path.name} at version {loop.iteration} (weights digest {after:.6g})"
+        self.roles.learners[:] = new
+        for r in range(len(olds)):
+            self._forget_role("learner", r)
+        if not gang:
+            ray.kill(olds[0])
+        group = f"; all {len(olds)} learners restarted (the process group re-formed)" if gang else ""
+        return f"resumed from {path.name} at version {loop.iteration} (weights digest {before:.6g}){group}"
+
+    def _bundle(self, role: str, instance: int) -> dict[str, Any]:
+        """The role's ``.options`` at start-up: its own placement-group bundle."""
+        return dict(self.roles.placement.options(role, instance))
 
     def _forget_role(self, role: str, rank: int) -> None:
         """The old process's verdicts and open question go with it."""
@@ -334,6 +362,14 @@ class Migrator:
         self.stop_reason = (f"{record.role}[{record.rank}] could not be moved off node {record.from_node} "
                             f"({record.detail}); checkpoint {path}; stopping the run")
         self._event_of(record.role, record.rank, outcome)
+        self._finish(record)
+
+    def _lost(self, record: MigrationRecord, checkpoint: Path) -> None:
+        """A learner group that could not restart: the run stops on the checkpoint written before."""
+        record.outcome = "failed"
+        self.stop_reason = (f"{record.role}[{record.rank}] could not be moved off node {record.from_node} "
+                            f"({record.detail}); checkpoint {checkpoint}; stopping the run")
+        self._event_of(record.role, record.rank, "failed")
         self._finish(record)
 
     # -- reporting --------------------------------------------------------------------------------

@@ -12,10 +12,10 @@ BUDGET_BYTES = 3 * 2**30
 """Host memory budget of every role: the limit the leaking role must be moved before."""
 
 
-def migration_config(leaks: list[dict[str, Any]], total_env_steps: int, actors: int = 2) -> Any:
+def migration_config(leaks: list[dict[str, Any]], total_env_steps: int, actors: int = 2, learners: int = 1) -> Any:
     """CartPole, ``actors`` actors, monitor on with a detector tuned for seconds, ``leaks`` injected."""
     return tiny_config(
-        parallelism={"actor": actors, "envs_per_actor": 4},
+        parallelism={"actor": actors, "envs_per_actor": 4, "learner": learners},
         train={"total_env_steps": total_env_steps, "seed": 5},
         checkpoint={"every_env_steps": None},
         monitor={"prometheus": {"enabled": True, "port": 0, "push_interval_s": 0.25},

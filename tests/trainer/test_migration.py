@@ -124,3 +124,22 @@ def test_two_raylets_a_leaking_store_worker_hands_off_its_objects_and_leaves_and
     # training went on through the hand-off: versions kept being published and episodes kept finishing
     after = [x for x in r["rows"] if x["iteration"] > rec["iteration"]]
     assert len(after) >= 10 and all(math.isfinite(x["episode_return_mean"]) for x in after if "episode_return_mean" in x)
+
+
+@pytest.mark.slow
+def test_two_raylets_one_of_two_learners_leaks_so_the_group_restarts_from_the_checkpoint_with_it_elsewhere():
+    out = subprocess.run([sys.executable, "-m", "tests.trainer.migration_check", "--learners", "2"],
+                         capture_output=True, text=True, timeout=480, cwd=REPO, env={**os.environ, "RAY_ADDRESS": ""})
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["stopped"] is None
+    assert r["env_steps"] == r["total_env_steps"] == r["rows"][-1]["iteration"] * r["batch"]  # exact accounting
+    [rec] = r["records"]
+    assert (rec["role"], rec["rank"], rec["outcome"]) == ("learner", 0, "completed"), rec
+    assert rec["from_node"] != rec["to_node"] and rec["to_node"] in r["nodes"]
+    assert rec["level_bytes"] < rec["limit_bytes"] and rec["serving_s"] < 30.0
+    assert "all 2 learners restarted" in rec["detail"]
+    # the restarted group trains on from the checkpoint: no fall back to CartPole's random level (~20)
+    before = [x["episode_return_mean"] for x in r["rows"] if x["iteration"] <= rec["iteration"] and "episode_return_mean" in x]
+    after = [x["episode_return_mean"] for x in r["rows"] if x["iteration"] > rec["iteration"] and "episode_return_mean" in x]
+    assert before and len(after) >= 10 and min(after[:10]) >= 0.5 * before[-1]
