@@ -18,7 +18,7 @@ import pytest
 
 from kilorl.trainer import Trainer
 from kilorl.trainer.checkpoint import load_checkpoint
-from kilorl.trainer.migration import replacement_node
+from kilorl.trainer.replacement import replacement_node
 from tests.conftest import REPO
 from tests.trainer.migration_config import BUDGET_BYTES, LEAK_BYTES_PER_S, migration_config
 
