@@ -12,17 +12,25 @@ Nothing here knows about RL, Ray or the store: tensors, shapes and bytes only.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-_DTYPES: dict[str, torch.dtype] = {
-    str(dt).removeprefix("torch."): dt
-    for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
-               torch.int16, torch.int32, torch.int64, torch.bool)
-}
+
+
+
+@functools.cache
+def _dtypes() -> dict[str, torch.dtype]:
+    import torch
+
+    return {str(dt).removeprefix("torch."): dt
+            for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+                       torch.int16, torch.int32, torch.int64, torch.bool)}
 
 
 class LayoutError(ValueError):
@@ -32,9 +40,9 @@ class LayoutError(ValueError):
 def dtype_from_name(name: str) -> torch.dtype:
     """``"float32"`` -> ``torch.float32``; unknown names are an error listing the known ones."""
     try:
-        return _DTYPES[name]
+        return _dtypes()[name]
     except KeyError:
-        raise LayoutError(f"unknown dtype {name!r}; known: {sorted(_DTYPES)}") from None
+        raise LayoutError(f"unknown dtype {name!r}; known: {sorted(_dtypes())}") from None
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,14 @@ import bisect
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from kilorl.params.layout import FlatLayout, Full, LayoutError, ReaderLayout, Shard, TensorSpec, dtype_from_name, validate_slice
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,8 @@ class ReadPlan:
         return {p.name: self._tensor(p, starts, views, None if out is None else out.get(p.name)) for p in self.pieces}
 
     def _tensor(self, p: _Piece, starts: list[int], views: list[np.ndarray], dest: torch.Tensor | None) -> torch.Tensor:
+        import torch
+
         dtype = dtype_from_name(p.dtype)
         if dest is None:
             dest = torch.empty(p.shape, dtype=dtype)
@@ -229,6 +234,8 @@ def plan_read(writer: FlatLayout, reader: ReaderLayout | None = None, max_gap: i
 
 def pack(tensors: Mapping[str, torch.Tensor], layout: FlatLayout) -> list[memoryview]:
     """The writer's shards of ``tensors`` as byte views of one packed buffer."""
+    import torch
+
     flat = np.empty(layout.total_bytes, dtype=np.uint8)
     for spec in layout.tensors:
         t = tensors[spec.name].detach().to("cpu").contiguous()

@@ -26,9 +26,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from kilorl.params.layout import FlatLayout, LayoutError, ReaderLayout
 from kilorl.params.reconnect import ParametersLost, publish_once, with_reconnect
@@ -42,6 +40,9 @@ from kilorl.params.store_reads import (
     reader_layout,
     shard_key,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 ClientFactory = Callable[[], Any]
 """Returns a connected ``kilorl.store.StoreClient`` (one per thread: clients are not shared)."""
@@ -126,6 +127,8 @@ class StoreParameterStore:
 
         One pipelined batch per worker; a batch refused part way (a retry that finds some
         parts already there) is completed part by part, treating parts already there as done."""
+        import torch
+
         from kilorl.store import InvalidRequest
         from kilorl.store.errors import BatchAborted
 
@@ -229,6 +232,8 @@ def shard_chunks(tensors: Mapping[str, torch.Tensor], layout: FlatLayout) -> lis
     """Each writer shard as the byte views, in flat order, of the tensor parts it holds:
     views of the tensors' own memory, stored end to end (a publish copies each byte once,
     into the store's arena)."""
+    import torch
+
     parts: list[list[memoryview]] = [[] for _ in range(layout.num_shards)]
     bounds = layout.bounds
     for spec in layout.tensors:

@@ -18,12 +18,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from kilorl.params.layout import FlatLayout, Full, ReaderLayout
 from kilorl.params.resharding import ReadPlan, plan_read
+
+if TYPE_CHECKING:
+    import torch
 
 MAX_RANGES = 1024
 """Byte ranges per request: the request header (msgpack, limited to 64 KiB) must stay small."""
@@ -146,6 +147,8 @@ class VersionReads:
 def assemble(cached: CachedPlan, segments: list[tuple[int, Any]],
              out: Mapping[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
     """The reader's tensors (copied once, from the store's buffers, into ``out`` when given)."""
+    import torch
+
     with torch.no_grad():
         return cached.plan.assemble_segments(segments, out)
 

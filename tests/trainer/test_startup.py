@@ -86,3 +86,24 @@ def test_a_store_worker_that_cannot_start_fails_the_start_and_leaves_nothing(tmp
     assert "does not fit in" in result["error"]  # the worker's own reason reaches the user
     assert result["ray_initialized"] is False
     assert result["children"] == []
+
+
+def test_the_drivers_start_up_path_imports_no_torch():
+    # torch costs 1.5 s of CPU to import; the driver takes it on a background thread once the
+    # roles are up (kilorl.trainer.preload), so nothing it runs before that may import it.
+    script = textwrap.dedent("""
+        import sys
+        from kilorl.config import load_config
+        from kilorl.trainer import Trainer
+        from kilorl.trainer.loop import OnPolicyLoop
+        from kilorl.trainer.session import RoleSession, parameter_store
+        from kilorl.trainer.store_fleet import StoreFleet
+        from kilorl.params.store_backed import StoreParameterStore
+        from kilorl.comm import CompressionConfig
+        cfg = load_config("examples/cartpole_ppo.yaml")
+        store = parameter_store(cfg, StoreFleet.external("127.0.0.1:1", None))
+        print([m for m in sys.modules if m == "torch" or m.startswith("torch.")][:3])
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
