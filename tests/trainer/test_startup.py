@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -107,3 +108,37 @@ def test_the_drivers_start_up_path_imports_no_torch():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
+
+
+def test_while_the_preload_thread_imports_torch_no_other_driver_thread_imports_it(tmp_path):
+    # Two threads importing torch at once fail with "partially initialized module 'torch'":
+    # the driver's other threads (the loop, TensorBoard's writer, checkpoints) wait for it.
+    # A fresh process, so torch really is imported during the run.
+    script = textwrap.dedent(f"""
+        import builtins, json, sys, threading
+        from kilorl.trainer import Trainer, preload
+        from tests.conftest import tiny_config
+
+        seen, real_import = [], builtins.__import__
+
+        def watching(name, globals=None, locals=None, fromlist=(), level=0):
+            thread = preload._thread
+            if (level == 0 and name.split(".")[0] in ("torch", "safetensors") and thread is not None
+                    and thread.is_alive() and threading.current_thread() is not thread):
+                seen.append(threading.current_thread().name + ": " + name)
+            return real_import(name, globals, locals, fromlist, level)
+
+        cfg = tiny_config(logging={{"progress": False, "tensorboard": True, "report_every_s": 0.0}},
+                          checkpoint={{"every_env_steps": 1024}}, train={{"total_env_steps": 4096}})
+        before = "torch" in sys.modules
+        builtins.__import__ = watching
+        result = Trainer(cfg, {str(tmp_path / "run")!r}).fit()
+        builtins.__import__ = real_import
+        print(json.dumps({{"before": before, "seen": seen, "steps": result.env_steps,
+                          "checkpoint": result.checkpoint is not None}}))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=REPO,
+                         env={**os.environ, "RAY_ADDRESS": "local"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r == {"before": False, "seen": [], "steps": 4096, "checkpoint": True}
