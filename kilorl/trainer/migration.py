@@ -7,10 +7,11 @@ A decision is carried out between two iterations of the data path (docs/monitor.
 "Migration execution"):
 
 * an actor: a replacement with the same index and a fresh seed is started on another node
-  with room (hard ``NodeAffinitySchedulingStrategy``, the suspect node excluded) and waited
-  for; the old actor's rollouts in flight are waited for (they stay in the batch: env steps
-  are counted from delivered rollouts only, never lost nor counted twice); the handle is
-  swapped and the old actor killed;
+  with room (hard ``NodeAffinitySchedulingStrategy``, the suspect node excluded) while the
+  old actor goes on collecting; once the replacement answers ``ready()`` (checked every
+  round), the old actor's rollouts in flight are waited for (they stay in the batch: env
+  steps are counted from delivered rollouts only, never lost nor counted twice), the
+  handle is swapped and the old actor killed;
 * a learner: the run's checkpoint is written through the ``Checkpointer``, the replacement
   is built from that checkpoint on another node, publishes the current version again, is
   swapped in, and the old one is killed. With several learners the process group must
@@ -50,6 +51,21 @@ if TYPE_CHECKING:
 
 RESOURCE_KEYS = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
 """Ray ``.options`` resource arguments and the node resource each one takes."""
+
+
+@dataclass
+class PendingActor:
+    """A replacement actor started by a decision, not yet swapped in."""
+
+    decision: MigrationDecision
+    record: MigrationRecord
+    t0: float
+    new: Any
+    """The replacement's handle."""
+    ready: Any
+    """Its ``ready()`` reference."""
+    deadline: float
+    seed: int
 
 
 class LearnerGroupLost(RuntimeError):
@@ -101,10 +117,13 @@ class Migrator:
         self._generation: dict[int, int] = {}
         self._metrics: Any = None
         self._next_round = 0.0
+        self._pending: dict[int, PendingActor] = {}
+        """Actor index -> its replacement, started and not yet serving."""
 
     # -- one monitor round ------------------------------------------------------------------------
     def round(self, loop: OnPolicyLoop) -> bool:
         """Read the roles' memory verdicts and carry out what the policy decides; True: stop the run."""
+        self._advance(loop)  # replacements started in earlier rounds: swap in those that serve
         now = time.monotonic()
         if now < self._next_round or self.stop_reason is not None:
             return self.stop_reason is not None
@@ -169,8 +188,11 @@ class Migrator:
                 return
             record.to_node = node_label(target)
             self._event(d, "started")
+            if d.role == "actor":
+                self._start_actor(d, record, t0, target, options)
+                return
             try:
-                detail = (self._move_actor if d.role == "actor" else self._move_learner)(d, loop, target, options)
+                detail = self._move_learner(d, loop, target, options)
             except LearnerGroupLost as err:
                 record.detail = str(err)
                 self._lost(record, err.checkpoint)
@@ -235,8 +257,10 @@ class Migrator:
         opts.pop("scheduling_strategy", None)
         return opts
 
-    def _move_actor(self, d: MigrationDecision, loop: OnPolicyLoop, node_id: str, options: dict[str, Any]) -> str:
-        import ray
+    def _start_actor(self, d: MigrationDecision, record: MigrationRecord, t0: float, node_id: str,
+                     options: dict[str, Any]) -> None:
+        """Starts the replacement and returns: training goes on with the old actor until the
+        replacement answers ``ready()`` (``_advance``, every round), then the two are swapped."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         i = d.rank
@@ -244,17 +268,38 @@ class Migrator:
         strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
         new = self.roles.spawn_actor(i, self.roles.actor_seed(i, generation),
                                      {**options, "scheduling_strategy": strategy}, replacement=True)
-        try:
-            ray.get(new.ready.remote(), timeout=self.config.migration.ready_timeout_s)
-        except BaseException:
-            ray.kill(new)
-            raise
-        in_flight = loop.in_flight(i)  # the old actor's rollouts stay in their batches
-        ray.wait(in_flight, num_returns=len(in_flight), timeout=self.config.migration.ready_timeout_s)
-        old, self.roles.actors[i] = self.roles.actors[i], new
-        self._forget_role("actor", i)
-        ray.kill(old)
-        return f"replacement seed {self.roles.actor_seed(i, generation)}; {len(in_flight)} rollout(s) in flight kept"
+        deadline = time.monotonic() + self.config.migration.ready_timeout_s
+        self._pending[i] = PendingActor(d, record, t0, new, new.ready.remote(), deadline,
+                                        self.roles.actor_seed(i, generation))
+
+    def _advance(self, loop: OnPolicyLoop) -> None:
+        """Swaps in every replacement actor that serves; fails those past their deadline."""
+        import ray
+
+        for i, pm in list(self._pending.items()):
+            done, _ = ray.wait([pm.ready], timeout=0)
+            if not done and time.monotonic() < pm.deadline:
+                continue
+            del self._pending[i]
+            try:
+                if not done:
+                    raise TimeoutError(f"the replacement did not start within {self.config.migration.ready_timeout_s:g}s")
+                ray.get(pm.ready)
+            except Exception as err:  # noqa: BLE001 - the old actor keeps serving
+                ray.kill(pm.new)
+                pm.record.detail = f"{type(err).__name__}: {err}"
+                self.policy.forget(pm.decision.role, i)
+            else:
+                in_flight = loop.in_flight(i)  # the old actor's rollouts stay in their batches
+                ray.wait(in_flight, num_returns=len(in_flight), timeout=self.config.migration.ready_timeout_s)
+                old, self.roles.actors[i] = self.roles.actors[i], pm.new
+                self._forget_role("actor", i)
+                ray.kill(old)
+                pm.record.outcome, pm.record.serving_s = "completed", time.monotonic() - pm.t0
+                pm.record.detail = (f"replacement seed {pm.seed}, started while the old actor trained on; "
+                                    f"{len(in_flight)} rollout(s) in flight kept")
+            self._event(pm.decision, pm.record.outcome)
+            self._finish(pm.record)
 
     def _move_learner(self, d: MigrationDecision, loop: OnPolicyLoop, node_id: str, options: dict[str, Any]) -> str:
         """The learner moves by a restart from the run's checkpoint; with several learners the
@@ -346,7 +391,15 @@ class Migrator:
               f"{record.to_node}; {record.detail}", flush=True)
 
     def close(self) -> None:
-        """Send the last events, then stop reporting."""
+        """End replacements still starting (the run is over), send the last events, stop reporting."""
+        import ray
+
+        for pm in self._pending.values():
+            ray.kill(pm.new)
+            pm.record.detail = "the run ended before the replacement served"
+            self._event(pm.decision, "failed")
+            self._finish(pm.record)
+        self._pending = {}
         if self._metrics is not None:
             self._metrics.push()
             self._metrics.close()
