@@ -2,6 +2,8 @@
 
     python benchmarks/compression_bench.py --envs cartpole,lunarlander --seeds 1,2,3
     python benchmarks/compression_bench.py --envs cartpole --seeds 1 --settings dense,topk_user --dry-run
+    python benchmarks/compression_bench.py ... | grep '^{' >> runs.jsonl   # one JSON line per finished run
+    python benchmarks/compression_bench.py --summarise runs.jsonl
 
 Per (env, setting, seed): bytes on the wire per update (mean ``comm_bytes_sent`` against
 ``comm_bytes_dense`` from ``metrics.jsonl``), final training return, deterministic eval
@@ -134,7 +136,12 @@ def main() -> int:
     ap.add_argument("--out", default="runs/compression-bench")
     ap.add_argument("--json-out")
     ap.add_argument("--dry-run", action="store_true", help="print the training commands and exit")
+    ap.add_argument("--summarise", metavar="JSONL", type=Path,
+                    help="print the table of results saved earlier (one JSON line per run, as printed) and exit")
     args = ap.parse_args()
+    if args.summarise:
+        print(summarise([json.loads(x) for x in args.summarise.read_text().splitlines() if x.strip()]))
+        return 0
     settings = args.settings.split(",")
     unknown = sorted(set(settings) - set(SETTINGS))
     if unknown:
