@@ -143,7 +143,13 @@ class NodeExporter:
 
     # -- state ----------------------------------------------------------------------------------------
     def _receive(self, conn: int, snap: Snapshot) -> None:
+        """The newest snapshot of an identity wins: a process that restarted under it replaces
+        the old one, and a late snapshot the old one sent earlier (read after the new one's,
+        from another connection) does not take its place back."""
         with self._lock:
+            held = self._sources.get(snap.identity)
+            if held is not None and held.conn != conn and held.snapshot.time > snap.time:
+                return
             self._sources[snap.identity] = _Source(conn, snap)
 
     def _depart(self, conn: int) -> None:

@@ -133,6 +133,23 @@ def test_the_exporter_stamps_the_senders_identity_over_spoofed_labels(short_dir)
         assert identities(exp.exposition().decode(), "kilorl_env_steps_total") == {("actor", "3", "n0")}
 
 
+def test_an_older_snapshot_read_late_from_another_connection_does_not_replace_the_newer_one(short_dir):
+    with NodeExporter("n0", short_dir / "n0.sock") as exp:
+        old, new = (RoleMetrics("actor", 0, "n0", sink=None, sample_resources=False) for _ in range(2))
+        old.inc_env_steps(5)
+        old_snap = old.snapshot()
+        new.inc_env_steps(2)
+        new_snap = new.snapshot()
+        assert new_snap.time >= old_snap.time
+        exp._receive(2, new_snap)
+        exp._receive(1, old_snap)  # the old process's last push, read after the new one's
+        assert series(exp.exposition().decode())["kilorl_env_steps_total"] == [
+            ({"role": "actor", "rank": "0", "node": "n0"}, 2.0)]
+        new.inc_env_steps(1)
+        exp._receive(2, new.snapshot())  # the same connection always updates
+        assert series(exp.exposition().decode())["kilorl_env_steps_total"][0][1] == 3.0
+
+
 def test_a_role_that_closes_disappears_and_one_that_restarts_under_the_same_identity_replaces_it(short_dir):
     with NodeExporter("n0", short_dir / "n0.sock") as exp:
         a = RoleMetrics("actor", 0, "n0", sink=exp.socket_path, sample_resources=False)
