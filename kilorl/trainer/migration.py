@@ -212,6 +212,11 @@ class Migrator:
         workers = reporter.workers
         live = [r for r in range(len(workers)) if r not in reporter.retired]
         node_id = workers[d.rank][0]
+        if not fleet.nodes and fleet.local is None:  # kilorl train --store: the user's workers
+            record.detail = "the store worker is not this run's (kilorl train --store): reported, not moved"
+            self._event(d, "failed")
+            self._finish(record)
+            return
         if len(live) < 2:
             record.detail = "no other store worker to hand its objects to"
             self._stop(record, "no_room")
