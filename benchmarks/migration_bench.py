@@ -4,8 +4,8 @@ Runs ``tests/trainer/migration_check.py`` (CartPole, 2 actors, 1 learner; actor 
 learner 0 leak 24 MiB/s by fault injection) ``--runs`` times, each in a fresh process
 with a fresh ``ray.cluster_utils.Cluster``, and prints per role the decision -> serving
 seconds of every run and their median, the level the leaking role had reached against
-its limit, and whether env-step accounting was exact. ``--check store`` runs
-``tests/trainer/store_migration_check.py`` instead: the store worker of rank 1 leaks, and
+its limit, and whether env-step accounting was exact. ``--check store`` runs it with
+``--store``: the store worker of rank 1 leaks instead, and
 "serving" is its hand-off done and the newest policy read whole without it.
 
     PYTHONPATH=. python benchmarks/migration_bench.py --runs 3
@@ -26,11 +26,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-CHECKS = {"roles": "tests.trainer.migration_check", "store": "tests.trainer.store_migration_check"}
+CHECKS = {"roles": [], "store": ["--store"]}
 
 
 def one_run(run_dir: Path, check: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", CHECKS[check], str(run_dir)], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "tests.trainer.migration_check", *CHECKS[check], str(run_dir)],
+                         capture_output=True,
                          text=True, timeout=600, cwd=REPO, env={**os.environ, "RAY_ADDRESS": ""})
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-3000:])

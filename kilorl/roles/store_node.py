@@ -134,27 +134,27 @@ class WorkerProcess:
     def retire(self, timeout: float = 60.0) -> int:
         """Graceful leave, for good: SIGTERM makes a cluster worker hand its records and held
         objects to the ring's other members before it exits; it is not restarted. Its exit code."""
-        self._stopping.set()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout)
-                raise TimeoutError(f"store worker {self.address()} did not finish its hand-off within {timeout:g}s") from None
+        if not self._end(timeout):
+            raise TimeoutError(f"store worker {self.address()} did not finish its hand-off within {timeout:g}s")
         return self.proc.returncode
 
     def stop(self, timeout: float = 10.0) -> None:
-        self._stopping.set()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout)
+        self._end(timeout)
         self.log.close()
+
+    def _end(self, timeout: float) -> bool:
+        """SIGTERM, then SIGKILL after ``timeout``; no restart. False when it had to be killed."""
+        self._stopping.set()
+        if self.proc.poll() is not None:
+            return True
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout)
+            return False
 
 
 class StoreNode:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 
 import ray
-from ray.cluster_utils import Cluster as RayCluster
 
-from kilorl.placement.ray_placement import NODE_RESOURCE_AMOUNT, node_resource, ray_node_ids
+from kilorl.placement.ray_placement import ray_node_ids
 from kilorl.trainer.cluster import Cluster
 from kilorl.trainer.session import RoleSession, StartupError
 from tests.conftest import tiny_config
+from tests.trainer.raylets import named_raylets
 from tests.trainer.test_startup import BROKEN
 
 NODES = ("a", "b")
@@ -34,13 +34,7 @@ def _startup_error(cfg) -> str | None:
 
 
 def main() -> None:
-    cluster = RayCluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": 80 << 20})
-    for name in NODES:
-        cluster.add_node(num_cpus=3, memory=2 << 30, object_store_memory=80 << 20,
-                         resources={node_resource(name): NODE_RESOURCE_AMOUNT})
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
-    try:
+    with named_raylets(NODES):
         # 2 learners (one island: one node) with their shard, 2 actors: 4.1 CPUs on two 3-CPU nodes
         cfg = tiny_config(parallelism={"actor": 2, "learner": 2, "parameter_server": 1})
         ids = ray_node_ids()
@@ -58,9 +52,6 @@ def main() -> None:
         out["unfit_error"] = _startup_error(tiny_config(resources={"actor": {"cpus": 4}}))
         out["groups_after_unfit"] = _live_groups()
         print(json.dumps(out))
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
 
 
 if __name__ == "__main__":

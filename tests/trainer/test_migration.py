@@ -110,7 +110,7 @@ def test_one_node_has_no_other_store_worker_so_a_leaking_one_is_checkpointed_and
 
 @pytest.mark.slow
 def test_two_raylets_a_leaking_store_worker_hands_off_its_objects_and_leaves_and_the_run_finishes_exactly():
-    out = subprocess.run([sys.executable, "-m", "tests.trainer.store_migration_check"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "tests.trainer.migration_check", "--store"], capture_output=True,
                          text=True, timeout=480, cwd=REPO, env={**os.environ, "RAY_ADDRESS": ""})
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
