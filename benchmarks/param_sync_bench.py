@@ -3,9 +3,13 @@
 Side by side in one run, for a small (10K-parameter) and a large (25M-parameter, 100 MB)
 policy and ``--actors`` Ray actors on this node:
 
-- **kiloRL store**: the learner publishes through ``StoreParameterStore`` (shards + commit
-  record on a real store worker); each actor blocks in ``wait``, then ``fetch_into`` copies the
-  zero-copy shared-memory bytes straight into its model's parameters.
+- **kiloRL store, shared**: what kiloRL's actors do. The learner publishes through
+  ``StoreParameterStore`` (shards + commit record on a real store worker); each actor blocks
+  in ``wait``, then ``fetch(..., share=True)`` gives tensors that are views of the worker's
+  shared memory and the model takes them as its parameters (``load_state_dict(assign=True)``
+  in ``kilorl/roles/actor.py``; here the model is a dict of tensors): no copy on the node.
+- **kiloRL store, copied**: the same, but ``fetch_into`` copies the shared-memory bytes into
+  the model's own parameters (a model that must own its memory).
 - **Ray broadcast**, as RLlib syncs weights: ``ray.put`` once, every actor's method gets the
   reference (``ray.get``) and calls ``load_state_dict``.
 - **memcpy floor**: one copy of the parameters' bytes in one process.
@@ -91,7 +95,7 @@ STAGES = ("publish returns", "actor has the bytes", "bytes in the model")
 
 
 def bench_store(ray, actors_n: int, shapes, versions: int, address: str, token: str | None, shards: int,
-                name: str) -> tuple[list[float], dict[str, float]]:
+                name: str, share: bool) -> tuple[list[float], dict[str, float]]:
     """Latencies of every (version, actor), and the median time from the publish's start to
     each stage (``STAGES``): the publish call returning (driver), the actor's ``wait``
     returning with the version's bytes, the bytes copied into its model."""
@@ -111,7 +115,10 @@ def bench_store(ray, actors_n: int, shapes, versions: int, address: str, token: 
             for v in range(1, versions + 1):
                 self.ps.wait(name, v, timeout=120)
                 woke = time.monotonic()
-                self.ps.fetch_into(name, self.model, version=v)
+                if share:  # the model takes the store's memory as its parameters
+                    _, self.model = self.ps.fetch(name, v, list(self.model), share=True)
+                else:
+                    self.ps.fetch_into(name, self.model, version=v)
                 got.append((woke, time.monotonic()))
                 assert float(self.model["t0"][0].reshape(-1)[0]) == float(v)  # the new weights are in
                 self.acks.publish(f"{name}/ack/{self.rank}", b"", version=v)
@@ -193,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict[str, dict[str, dict[str, float]]]] = []
     breakdowns: list[dict[str, dict[str, float]]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        proc, address, token = start_worker(Path(tmp), "1GiB")
+        proc, address, token = start_worker(Path(tmp), "2GiB")  # 2 x 3 runs of a 100 MB policy kept 2 versions deep
         try:
             for run in range(args.runs):
                 results: dict[str, dict[str, dict[str, float]]] = {}
@@ -203,9 +210,12 @@ def main(argv: list[str] | None = None) -> int:
                     if n <= 0:
                         continue
                     samples, stages[label] = bench_store(ray, args.actors, shapes, n, address, token, args.shards,
-                                                         f"bench{run}-{idx}")
+                                                         f"bench{run}-{idx}", share=True)
+                    copied, _ = bench_store(ray, args.actors, shapes, n, address, token, args.shards,
+                                            f"bench{run}-{idx}-copy", share=False)
                     results[label] = {
                         "kiloRL store": percentiles(samples),
+                        "kiloRL store, copied": percentiles(copied),
                         "Ray broadcast": percentiles(bench_ray(ray, args.actors, shapes, n)),
                         "memcpy floor": percentiles(bench_memcpy(shapes, n)),
                     }
@@ -225,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {label} | {system} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['n']} |")
         ratio = rows["Ray broadcast"]["p50_ms"] / rows["kiloRL store"]["p50_ms"]
         print(f"| {label} | **speed vs Ray (p50 ratio)** | **{ratio:.2f}x** | | |")
+        copied = rows["Ray broadcast"]["p50_ms"] / rows["kiloRL store, copied"]["p50_ms"]
+        print(f"| {label} | speed vs Ray, copied (p50 ratio) | {copied:.2f}x | | |")
     print("\n| policy | kiloRL store: median ms from the publish's start to | " + " | ".join(STAGES)
           + " |\n|---|---|" + "---|" * len(STAGES))
     for label in results:

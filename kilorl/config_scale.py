@@ -28,7 +28,8 @@ class StoreSection(Section):
     """Shared-memory arena of each worker the run starts, e.g. ``512MiB``, ``8GiB``."""
     keep_versions: int = Field(default=4, ge=2)
     """Parameter versions each worker keeps per shard (older ones are reclaimed once no
-    reader holds them); at least ``train.pipeline_depth + 2`` is a sensible floor."""
+    reader holds them: an actor's model holds the version it runs on, whose bytes it shares
+    with the worker); at least ``train.pipeline_depth + 2`` is a sensible floor."""
     transport: Literal["ray", "store"] = "ray"
     """How rollouts travel actor -> learner. ``ray``: returned through Ray's object store.
     ``store``: written as one object on the actor's node worker; the learner reads it

@@ -85,8 +85,12 @@ class ParameterStore(abc.ABC):
         """Newest published version of ``name``, or None if nothing is published."""
 
     @abc.abstractmethod
-    def fetch(self, name: str, version: int | None = None, layout: list[str] | None = None) -> tuple[int, Tensors]:
-        """Return ``(version, tensors)``; the newest version when ``version`` is None."""
+    def fetch(self, name: str, version: int | None = None, layout: list[str] | None = None,
+              share: bool = False) -> tuple[int, Tensors]:
+        """Return ``(version, tensors)``; the newest version when ``version`` is None.
+
+        ``share``: the tensors may share the store's memory instead of being copies (no copy
+        on the node); the caller only reads them, and holding them keeps the version's bytes."""
 
     @abc.abstractmethod
     def wait(self, name: str, min_version: int, timeout: float | None = None) -> int:

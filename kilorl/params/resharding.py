@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -148,18 +149,46 @@ class ReadPlan:
         return self.assemble_segments([(self._bounds[r.shard] + r.offset, v) for r, v in zip(self.requests, views)], out)
 
     def assemble_segments(self, segments: Sequence[tuple[int, object]],
-                          out: Mapping[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+                          out: Mapping[str, torch.Tensor] | None = None, share: bool = False) -> dict[str, torch.Tensor]:
         """Build the reader's tensors from disjoint ``(flat_offset, bytes)`` segments of the
         writer's vector that cover every byte the plan needs (e.g. a shard stored as pieces).
 
         Every byte is copied once, from its segment into the destination tensor; a tensor
-        that crosses segments is filled piece by piece, never through a joined buffer.
+        that crosses segments is filled piece by piece, never through a joined buffer. With
+        ``share`` (and no ``out``), a tensor that is one contiguous, aligned run of one
+        segment is a view of it instead: no copy, and it keeps the segment alive.
         """
         segs = sorted(((int(o), np.frombuffer(memoryview(b).cast("B"), dtype=np.uint8)) for o, b in segments),
                       key=lambda x: x[0])
         starts = [o for o, _ in segs]
         views = [v for _, v in segs]
-        return {p.name: self._tensor(p, starts, views, None if out is None else out.get(p.name)) for p in self.pieces}
+        tensors = {}
+        for p in self.pieces:
+            view = self._view(p, starts, views) if share and out is None else None
+            tensors[p.name] = view if view is not None else self._tensor(
+                p, starts, views, None if out is None else out.get(p.name))
+        return tensors
+
+    @staticmethod
+    def _view(p: _Piece, starts: list[int], views: list[np.ndarray]) -> torch.Tensor | None:
+        """``p`` as a view of its segment, when it is one contiguous, aligned run of one.
+
+        The store hands its buffers out read-only; torch has no read-only tensors, so the
+        view is writable in principle and callers must only read it (as ``share`` says)."""
+        import torch
+
+        if p.outer != 1 or not p.run_len:
+            return None
+        i = bisect.bisect_right(starts, p.start) - 1
+        if i < 0 or p.end > starts[i] + views[i].size:
+            return None
+        dtype = dtype_from_name(p.dtype)
+        run = views[i][p.start - starts[i]:p.start - starts[i] + p.run_len]
+        if run.ctypes.data % dtype.itemsize:
+            return None
+        with warnings.catch_warnings():  # "the given NumPy array is not writable": known, see above
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.from_numpy(run).view(dtype).reshape(p.shape)
 
     def _tensor(self, p: _Piece, starts: list[int], views: list[np.ndarray], dest: torch.Tensor | None) -> torch.Tensor:
         import torch

@@ -186,9 +186,13 @@ class StoreParameterStore:
         return got.version, FlatLayout.from_json(json.loads(bytes(got.value[0])))
 
     def fetch(self, name: str, version: int | None = None,
-              layout: ReaderLayout | Sequence[str] | None = None) -> tuple[int, dict[str, torch.Tensor]]:
-        """``(version, tensors)``: the whole version, the named tensors, or a reader layout's slices."""
-        return self._retry(lambda: self._read(name, version, reader_layout(layout), None))
+              layout: ReaderLayout | Sequence[str] | None = None, share: bool = False) -> tuple[int, dict[str, torch.Tensor]]:
+        """``(version, tensors)``: the whole version, the named tensors, or a reader layout's slices.
+
+        ``share``: a tensor whose bytes lie whole in one zero-copy segment (a shard in this
+        node's shared-memory arena) is a view of the store's memory, not a copy; it holds the
+        version's lease while it lives (the worker does not reclaim those bytes). Read only."""
+        return self._retry(lambda: self._read(name, version, reader_layout(layout), None, share))
 
     def fetch_into(self, name: str, out: Mapping[str, torch.Tensor], version: int | None = None,
                    layout: ReaderLayout | None = None) -> int:
@@ -203,7 +207,7 @@ class StoreParameterStore:
         return None
 
     def _read(self, name: str, version: int | None, reader: ReaderLayout | None,
-              out: Mapping[str, torch.Tensor] | None) -> tuple[int, dict[str, torch.Tensor]]:
+              out: Mapping[str, torch.Tensor] | None, share: bool = False) -> tuple[int, dict[str, torch.Tensor]]:
         from kilorl.store import VersionGone
 
         key = plan_key(reader)
@@ -212,7 +216,7 @@ class StoreParameterStore:
         self._local.last_plan[name] = key
         got = self._take_prefetched(name, key, version)
         if got is not None:
-            return got.version, assemble(got.cached, got.segments, out)
+            return got.version, assemble(got.cached, got.segments, out, share)
         for attempt in range(self.retries + 1):
             try:
                 v, cached, segments = self._reads().read(name, reader, version)
@@ -224,7 +228,7 @@ class StoreParameterStore:
                     raise
                 time.sleep(0)  # a newer version replaced it: read that one
                 continue
-            return v, assemble(cached, segments, out)
+            return v, assemble(cached, segments, out, share)
         raise AssertionError("unreachable")
 
 

@@ -145,12 +145,13 @@ class VersionReads:
 
 
 def assemble(cached: CachedPlan, segments: list[tuple[int, Any]],
-             out: Mapping[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
-    """The reader's tensors (copied once, from the store's buffers, into ``out`` when given)."""
+             out: Mapping[str, torch.Tensor] | None, share: bool = False) -> dict[str, torch.Tensor]:
+    """The reader's tensors (copied once, from the store's buffers, into ``out`` when given;
+    with ``share``, views of the buffers where a tensor lies whole in one)."""
     import torch
 
     with torch.no_grad():
-        return cached.plan.assemble_segments(segments, out)
+        return cached.plan.assemble_segments(segments, out, share)
 
 
 def reader_layout(layout: ReaderLayout | Sequence[str] | None) -> ReaderLayout | None:

@@ -69,10 +69,12 @@ class RolloutWorker(Actor):
         if latest != self.version:
             # The newest version (>= latest): a store may already have reclaimed ``latest``.
             wanted = self.groups.wanted(latest)
-            version, tensors = self.store.fetch(keys.POLICY, None, wanted)
+            # share: on the node the weights are views of the store's shared memory, and the
+            # model takes them as they are (assign), so a new version costs no copy at all.
+            version, tensors = self.store.fetch(keys.POLICY, None, wanted, share=True)
             state = {k.removeprefix(keys.MODEL): torch.as_tensor(np.asarray(v)) for k, v in tensors.items()
                      if k.startswith(keys.MODEL)}
-            self.model.load_state_dict(state, strict=len(wanted) == len(self.layout))
+            self.model.load_state_dict(state, strict=len(wanted) == len(self.layout), assign=True)
             if keys.OBS_RMS + "mean" in tensors:
                 self.obs_mean = np.asarray(tensors[keys.OBS_RMS + "mean"])
                 self.obs_var = np.asarray(tensors[keys.OBS_RMS + "var"])

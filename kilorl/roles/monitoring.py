@@ -92,8 +92,9 @@ class _StoreWrapper:
     def latest_version(self, name: str) -> int | None:
         return self.inner.latest_version(name)
 
-    def fetch(self, name: str, version: int | None = None, layout: list[str] | None = None) -> tuple[int, dict[str, Any]]:
-        return self.inner.fetch(name, version, layout)
+    def fetch(self, name: str, version: int | None = None, layout: list[str] | None = None,
+              share: bool = False) -> tuple[int, dict[str, Any]]:
+        return self.inner.fetch(name, version, layout, share)
 
     def wait(self, name: str, min_version: int, timeout: float | None = None) -> int:
         return self.inner.wait(name, min_version, timeout)
@@ -126,15 +127,16 @@ class FetchingStore(_StoreWrapper):
             self.metrics.set_policy_lag(max(latest - self.held, 0))
         return latest
 
-    def fetch(self, name: str, version: int | None = None, layout: list[str] | None = None) -> tuple[int, dict[str, Any]]:
+    def fetch(self, name: str, version: int | None = None, layout: list[str] | None = None,
+              share: bool = False) -> tuple[int, dict[str, Any]]:
         if name != keys.POLICY or layout is None or not self._stamped:
-            return self._received(*self.inner.fetch(name, version, layout), name)
+            return self._received(*self.inner.fetch(name, version, layout, share), name)
         try:
-            got, tensors = self.inner.fetch(name, version, [*layout, PUBLISHED_AT])
+            got, tensors = self.inner.fetch(name, version, [*layout, PUBLISHED_AT], share)
         except KeyError:  # a publisher without the stamp: measure without it from now on
             log.info("monitor: parameters carry no publish time; publish latency is not measured")
             self._stamped = False
-            return self._received(*self.inner.fetch(name, version, layout), name)
+            return self._received(*self.inner.fetch(name, version, layout, share), name)
         stamp = tensors.pop(PUBLISHED_AT, None)
         if stamp is not None:
             self.metrics.observe_publish_latency(max(time.time() - float(np.asarray(stamp).reshape(-1)[0]), 0.0))

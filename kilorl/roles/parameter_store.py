@@ -15,6 +15,8 @@ import zlib
 from collections import OrderedDict
 from typing import Any
 
+import numpy as np
+
 from kilorl.core import ParameterStore, Tensors
 
 
@@ -29,7 +31,9 @@ class _Versions:
         versions = self.data.setdefault(name, OrderedDict())
         if versions and version <= next(reversed(versions)):
             raise ValueError(f"{name}: version {version} is not newer than {next(reversed(versions))}")
-        versions[version] = dict(tensors)
+        # A version never changes once published: a publisher's arrays may be views of its live
+        # parameters, and a reader may keep (share) what it fetched.
+        versions[version] = {k: v.clone() if hasattr(v, "clone") else np.array(v, copy=True) for k, v in tensors.items()}
         while len(versions) > self.keep:
             versions.popitem(last=False)
 
@@ -69,7 +73,8 @@ class InMemoryParameterStore(ParameterStore):
         with self._cond:
             return self._versions.latest(name)
 
-    def fetch(self, name: str, version: int | None = None, layout: list[str] | None = None) -> tuple[int, Tensors]:
+    def fetch(self, name: str, version: int | None = None, layout: list[str] | None = None,
+              share: bool = False) -> tuple[int, Tensors]:
         with self._cond:
             return self._versions.get(name, version, layout)
 
@@ -165,7 +170,8 @@ class RayParameterStore(ParameterStore):
         versions = ray.get([s.latest_version.remote(name) for s in self.shards])
         return None if any(v is None for v in versions) else min(versions)
 
-    def fetch(self, name: str, version: int | None = None, layout: list[str] | None = None) -> tuple[int, Tensors]:
+    def fetch(self, name: str, version: int | None = None, layout: list[str] | None = None,
+              share: bool = False) -> tuple[int, Tensors]:
         import ray
 
         if version is None:

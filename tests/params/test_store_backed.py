@@ -57,6 +57,27 @@ def test_fetch_into_copies_straight_into_model_parameters(store):
     assert bool((model.weight == 2.5).all()) and bool((model.bias == 2.5).all())
 
 
+def test_a_shared_fetch_returns_views_of_the_workers_memory_that_outlive_newer_versions(store_worker):
+    store = StoreParameterStore(store_worker.client, num_shards=1)
+    try:
+        store.publish("policy", 1, params(1))
+        _, a = store.fetch("policy", share=True)
+        _, b = store.fetch("policy", share=True)
+        _, copy = store.fetch("policy")
+        for k, t in params(1).items():
+            assert torch.equal(a[k], t) and torch.equal(copy[k], t)
+            assert a[k].data_ptr() == b[k].data_ptr() != copy[k].data_ptr()  # one arena region, no copy
+        for v in range(2, 6):  # the worker keeps 2 versions; a held view keeps its bytes from reuse
+            store.publish("policy", v, params(v))
+        assert all(torch.equal(a[k], t) for k, t in params(1).items())
+        model = torch.nn.Linear(300, 64)  # an actor's model takes the views as its parameters
+        model.load_state_dict({"weight": a["pi.w"], "bias": a["pi.b"][:64]}, assign=True)
+        assert model.weight.data_ptr() == a["pi.w"].data_ptr()
+        assert torch.allclose(model(torch.zeros(1, 300)), params(1)["pi.b"][:64])
+    finally:
+        store.client.close()
+
+
 def test_wait_blocks_until_a_newer_version_is_published(store, store_worker):
     store.publish("policy", 1, params(1))
     got: list[int] = []
