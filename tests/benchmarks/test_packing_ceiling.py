@@ -48,5 +48,4 @@ def test_knapsack_takes_the_best_combination_not_the_densest_item() -> None:
     ({650: 2, 320: 2, 230: 1}, 3),    # 0.65 + 0.32 twice; the 0.23 needs a third device
 ])
 def test_fewest_devices_matches_the_hand_packing(shares: dict[int, int], devices: int) -> None:
-    pytest.importorskip("scipy")
     assert ceiling.fewest_devices(Counter(shares)) == devices
