@@ -191,7 +191,10 @@ class StoreParameterStore:
 
         ``share``: a tensor whose bytes lie whole in one zero-copy segment (a shard in this
         node's shared-memory arena) is a view of the store's memory, not a copy; it holds the
-        version's lease while it lives (the worker does not reclaim those bytes). Read only."""
+        version's lease while it lives (the worker does not reclaim those bytes). Read only.
+        A version small enough to be copied from the worker's version board
+        (``kilorl.store.client.board_reads.MAX_COPY``) is read that way, shared or not: its
+        tensors are private copies, which cost less than a request for a lease."""
         return self._retry(lambda: self._read(name, version, reader_layout(layout), None, share))
 
     def fetch_into(self, name: str, out: Mapping[str, torch.Tensor], version: int | None = None,

@@ -57,23 +57,49 @@ def test_fetch_into_copies_straight_into_model_parameters(store):
     assert bool((model.weight == 2.5).all()) and bool((model.bias == 2.5).all())
 
 
+def big_params(seed: int) -> dict[str, torch.Tensor]:
+    """Over the board's copy limit (1 MiB): shared reads are leased views."""
+    g = torch.Generator().manual_seed(seed)
+    return {"pi.w": torch.randn(1024, 300, generator=g), "pi.b": torch.randn(300, generator=g)}
+
+
 def test_a_shared_fetch_returns_views_of_the_workers_memory_that_outlive_newer_versions(store_worker):
     store = StoreParameterStore(store_worker.client, num_shards=1)
     try:
-        store.publish("policy", 1, params(1))
+        store.publish("policy", 1, big_params(1))
         _, a = store.fetch("policy", share=True)
         _, b = store.fetch("policy", share=True)
         _, copy = store.fetch("policy")
-        for k, t in params(1).items():
+        for k, t in big_params(1).items():
             assert torch.equal(a[k], t) and torch.equal(copy[k], t)
             assert a[k].data_ptr() == b[k].data_ptr() != copy[k].data_ptr()  # one arena region, no copy
         for v in range(2, 6):  # the worker keeps 2 versions; a held view keeps its bytes from reuse
+            store.publish("policy", v, big_params(v))
+        assert all(torch.equal(a[k], t) for k, t in big_params(1).items())
+        model = torch.nn.Linear(300, 1024)  # an actor's model takes the views as its parameters
+        model.load_state_dict({"weight": a["pi.w"], "bias": torch.zeros(1024)}, assign=True)
+        assert model.weight.data_ptr() == a["pi.w"].data_ptr()
+        assert torch.equal(model(torch.eye(300)[:1]), big_params(1)["pi.w"][:, 0].unsqueeze(0))
+    finally:
+        store.client.close()
+
+
+def test_a_small_version_is_copied_from_the_board_without_a_request(store_worker):
+    """Under the copy limit a read (shared or not) is a private copy made straight out of the
+    worker's arena, checked against the board: no lease, and the next publish cannot touch it."""
+    store = StoreParameterStore(store_worker.client, num_shards=2)
+    try:
+        store.publish("policy", 1, params(1))
+        _, a = store.fetch("policy", share=True)  # the first read plans: record, then ranges
+        before = store.client.board_reads
+        _, b = store.fetch("policy", share=True)  # one read with the plan: record and ranges at once
+        assert store.client.board_reads == before + 1
+        for k, t in params(1).items():
+            assert torch.equal(a[k], t) and a[k].data_ptr() != b[k].data_ptr()
+        for v in range(2, 6):
             store.publish("policy", v, params(v))
         assert all(torch.equal(a[k], t) for k, t in params(1).items())
-        model = torch.nn.Linear(300, 64)  # an actor's model takes the views as its parameters
-        model.load_state_dict({"weight": a["pi.w"], "bias": a["pi.b"][:64]}, assign=True)
-        assert model.weight.data_ptr() == a["pi.w"].data_ptr()
-        assert torch.allclose(model(torch.zeros(1, 300)), params(1)["pi.b"][:64])
+        assert store.fetch("policy")[0] == 5 and store.client.board_reads == before + 2
     finally:
         store.client.close()
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from kilorl.store.client.batches import publish_batch
+from kilorl.store.client.board_reads import board_read
 from kilorl.store.client.streams import Consumer, Producer
 from kilorl.store.client.types import Versioned, WriteMode, resolve_token
 from kilorl.store.errors import (
@@ -33,6 +34,7 @@ from kilorl.store.errors import (
     error_from_code,
 )
 from kilorl.store.wire import codec as serialization
+from kilorl.store.wire.board import BoardReader
 from kilorl.store.wire.protocol import FramedSocket, host_identity, parse_address
 from kilorl.store.wire.shm import Arena
 
@@ -55,6 +57,11 @@ class StoreClient:
         self._released: collections.deque[int] = collections.deque()
         self._epoch = 0
         self.arena: Arena | None = None
+        self.board: BoardReader | None = None
+        """The worker's version board (on its host): small versions read without a request."""
+        self.board_reads = 0
+        self.board_bytes_read = 0
+        """Reads served from the board and their bytes (``stats()`` counts them with the connection's)."""
         self.members: list[str] = []
         self.failovers = 0
         self.home = address
@@ -93,11 +100,16 @@ class StoreClient:
         if info.get("members"):
             self.members = list(info["members"])
         self.arena = None
+        if self.board is not None:
+            self.board.close()
+        self.board = None
         if self._zero_copy and "arena" in info:
             try:
                 self.arena = Arena.attach(info["arena"], info["arena_size"])
+                if "board" in info:
+                    self.board = BoardReader.attach(info["board"], info["board_size"])
             except OSError:
-                self.arena = None  # e.g. another user's worker: fall back to inline transfers
+                pass  # e.g. another user's worker: fall back to inline transfers
 
     def _failover(self, why: Exception) -> None:
         """Moves to another live member of the worker's cluster (cluster workers only)."""
@@ -196,6 +208,15 @@ class StoreClient:
             except (OSError, EOFError, ProtocolError) as exc:
                 raise ConnectionLost(f"connection to worker {self.address} lost: {exc!r}") from exc
         return out
+
+    def _connected(self) -> bool:
+        """Whether the connection is open (not closed by the worker): one non-blocking peek."""
+        try:
+            return self._fs.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
 
     def _release_lease(self, epoch: int, lease: int) -> None:
         if epoch == self._epoch:  # leases of an earlier connection ended with it
@@ -354,8 +375,15 @@ class StoreClient:
         return resp
 
     def stats(self) -> dict[str, Any]:
+        """The worker's counters; ``connection`` is this client's: its ``bytes_read`` counts the
+        bytes read through requests and, on the worker's host, straight from its version board
+        (``board_reads`` of them)."""
         resp, _ = self._call({"op": "stats"})
         resp.pop("ok", None)
+        conn = resp.get("connection")
+        if isinstance(conn, dict):
+            conn["bytes_read"] = conn.get("bytes_read", 0) + self.board_bytes_read
+            conn["board_reads"] = self.board_reads
         return resp
 
     def ping(self) -> bool:
@@ -421,6 +449,13 @@ class StoreClient:
         ``min_version``: a wait whose wake-up brings the bytes. ``values[i]`` is the whole
         value of ``reads[i]``, or one read-only buffer per range. A name not held at that
         version raises ``VersionGone``."""
+        if self.board is not None and self.arena is not None:
+            got, timeout = board_read(self.board, self.arena.view, reads, version, min_version, timeout,
+                                      self.latest_version, self._connected)
+            if got is not None:
+                self.board_reads += 1
+                self.board_bytes_read += got[1]
+                return got[0]
         wire = [[name, [list(r) for r in ranges] if ranges is not None else None] for name, ranges in reads]
         header = {"op": "get_versions", "reads": wire, "version": version, "min_version": min_version,
                   "timeout": timeout, "zc": self._zc()}
@@ -450,6 +485,8 @@ class StoreClient:
 
     def close(self) -> None:
         self._fs.close()
+        if self.board is not None:
+            self.board.close()
         if self.arena is not None:
             self.arena.close()
 

@@ -14,6 +14,7 @@ import itertools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from kilorl.store.errors import InvalidRequest, KeyExists, KeyNotFound, StoreError, StoreFullError, StoreTimeout
@@ -57,6 +58,8 @@ class ObjectStore:
         self.counters = {"promotions": 0, "demotions": 0, "evictions_to_l2": 0, "expired": 0,
                          **{f"reads_{tier}": 0 for tier in READ_TIERS}}
         self.l2: L2Store | None = None
+        self.on_release: Callable[[Obj], None] | None = None
+        """Called under the lock before an object lets go of its arena region (the version board)."""
         if spec.l2_dir:
             self.l2 = L2Store(spec.l2_dir, spec.write_back_queue, self.is_current, self.may_delete_l2)
             self._load_l2(self.l2.scan())
@@ -165,6 +168,8 @@ class ObjectStore:
 
     def _release_storage(self, obj: Obj) -> None:
         if obj.region is not None:
+            if self.on_release is not None:
+                self.on_release(obj)  # e.g. the version board forgets the region before it is freed
             self._unref(obj.region)
             obj.region = None
         if obj.tensor is not None:

@@ -30,6 +30,7 @@ from kilorl.store.local.keyspace import KeySpace
 from kilorl.store.local.objects import ObjectStore
 from kilorl.store.local.streams import StreamTable
 from kilorl.store.local.versions import HIDDEN, VersionTable
+from kilorl.store.server.board import WorkerBoard
 from kilorl.store.server.request import Handler
 from kilorl.store.server.router import Router
 from kilorl.store.server.version_book import LocalVersionBook, VersionBook
@@ -82,6 +83,11 @@ class Worker:
         self.port = self.tcp.getsockname()[1]
         self.arena = Arena.create(rc.shm_bytes)
         self.store = ObjectStore(rc, self.arena)
+        try:
+            self.board = WorkerBoard.create(self.store)
+        except BaseException:
+            self.arena.close()
+            raise
         self.keyspace = KeySpace(self.store)
         self.versions = VersionTable(spec.keep_versions)
         surplus = self.versions.rebuild(self.keyspace.keys(HIDDEN, include_hidden=True))
@@ -133,6 +139,8 @@ class Worker:
         """Releases sockets and arena of a worker that never started serving."""
         self.tcp.close()
         self.unix.close()
+        if self.board is not None:
+            self.board.close()
         self.arena.close()
 
     def delete_l2(self, items: list[tuple[str, str]]) -> None:
@@ -263,6 +271,8 @@ class Worker:
                  "max_payload": self.rc.max_payload, "conn": conn.id}
         if conn.same_host:
             reply.update(arena=str(self.arena.path), arena_size=self.arena.size)
+            if self.board is not None:
+                reply.update(board=self.board.path, board_size=self.board.size)
         reply.update(self.router.hello_fields())
         conn.fs.send(reply)
 
@@ -328,6 +338,8 @@ class Worker:
                 conn.fs.sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+        if self.board is not None:
+            self.board.close()
         self.arena.close()
         for name in ("worker.sock", "worker.json", "worker.pid", "token"):
             try:

@@ -94,6 +94,8 @@ def finish_put(w: Worker, key: str, size: int, data: Region | bytearray, f: dict
     if reclaim:
         _, l2_keys = w.store.delete(reclaim)
         w.delete_l2(l2_keys)
+    if w.board is not None:
+        w.board.committed(f["ver"][0], f["ver"][1], key, obj, w.version_book() is w.local_book)
     return Reply({"gen": obj.gen, "version": f["ver"][1]})
 
 

@@ -1,0 +1,126 @@
+"""Reads of published versions served from the worker's version board (``kilorl.store.wire.board``).
+
+``get_versions`` tries this first on the worker's host. It answers only what it can answer
+exactly as the worker would: a version the board names whole (every part at the anchor's
+version number, in the arena), small enough to copy (``MAX_COPY``); the newest version only
+where the board is authoritative (a worker alone) or a ``min_version`` is asked for; and it
+waits on the board's futex, checking with the worker every ``CHECK_S`` that the version it
+waits for is not held elsewhere (a mesh whose publisher writes to another worker). Anything
+else returns None and the caller sends the request.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kilorl.store.client.types import Versioned
+from kilorl.store.errors import StoreError, StoreTimeout
+from kilorl.store.wire.board import AUTHORITATIVE, RAW, BoardReader, Entry
+
+MAX_COPY = 1 << 20
+"""Bytes a board read copies at most; larger versions take the leased zero-copy path."""
+CHECK_S = 0.1
+"""How long a board wait sleeps before it asks the worker whether the version exists elsewhere."""
+NAME_GRACE_S = 0.05
+"""A version the worker holds but the board does not name yet (the worker names it just after
+the commit) gets this long before the request reads it instead."""
+TRIES = 4
+"""Copies discarded in a row (the version was replaced under the read) before falling back."""
+
+Reads = list[tuple[str, list[tuple[int, int]] | None]]
+
+
+def board_read(board: BoardReader, arena: memoryview, reads: Reads, version: int | None,
+               min_version: int | None, timeout: float | None,
+               latest: Callable[[str], int | None],
+               connected: Callable[[], bool]) -> tuple[tuple[Versioned, int] | None, float | None]:
+    """``((result, bytes copied) or None, the timeout left for the request that replaces a None)``."""
+    anchor = reads[0][0]
+    if not connected():  # a board outlives its worker: the request finds out what happened
+        return None, timeout
+    deadline = None if timeout is None else time.monotonic() + timeout
+    check_at = time.monotonic() + CHECK_S
+    tries = 0
+    seen_held = False
+    while True:
+        generation = board.generation
+        head = board.entry(anchor)
+        if head is None:
+            return None, timeout
+        if head.seq & 1 == 0 and head.version >= 0:
+            if version is not None:
+                if head.version != version:
+                    return None, _left(deadline)
+                wanted = True
+            elif min_version is not None:
+                wanted = head.version >= min_version
+            else:
+                wanted = bool(head.flags & AUTHORITATIVE)
+                if not wanted:
+                    return None, timeout
+            if wanted:
+                got = _copy(board, arena, reads, head)
+                if got is not None:
+                    return got, None
+                tries += 1
+                if tries >= TRIES:
+                    return None, _left(deadline)
+                continue
+        elif head.version < 0 and head.seq & 1 == 0:
+            return None, _left(deadline)  # the newest local version left the arena (or was moved)
+        if version is not None or min_version is None:
+            continue  # a slot being rewritten: read it again
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            raise StoreTimeout(f"{anchor!r} did not reach version {min_version} within {timeout}s")
+        if now >= check_at:
+            if not connected():
+                return None, _left(deadline)
+            try:
+                held = latest(anchor)
+            except StoreError:
+                return None, _left(deadline)
+            if held is not None and held >= min_version:
+                if seen_held:
+                    return None, _left(deadline)  # there, but not named here: the request reads it
+                seen_held = True  # or committed a moment ago and named next: look once more
+                check_at = now + NAME_GRACE_S
+            else:
+                check_at = now + CHECK_S
+        board.wait_change(anchor, generation, min(check_at, deadline or check_at))
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _copy(board: BoardReader, arena: memoryview, reads: Reads, head: Entry) -> tuple[Versioned, int] | None:
+    """Copies of every read at ``head``'s version and their bytes, or None if a part is not
+    named at that version (or the slots changed during the copy, or the read is too large)."""
+    entries: list[tuple[str, Entry]] = []
+    values: list[Any] = []
+    total = 0
+    for i, (name, ranges) in enumerate(reads):
+        e = head if i == 0 else board.entry(name)
+        if e is None or e.seq & 1 or e.version != head.version:
+            return None
+        entries.append((name, e))
+        if ranges is None:
+            if not e.flags & RAW:
+                return None
+            total += e.size
+            spans = [(0, e.size)]
+        else:
+            if any(o < 0 or n < 0 or o + n > e.size for o, n in ranges):
+                return None  # the request gives the error
+            total += sum(n for _, n in ranges)
+            spans = ranges
+        if total > MAX_COPY:
+            return None
+        copies = [memoryview(bytearray(arena[e.offset + o:e.offset + o + n])) for o, n in spans]
+        values.append(copies[0] if ranges is None else copies)
+    if not all(board.unchanged(name, e) for name, e in entries):
+        return None
+    return Versioned(head.version, values), total
