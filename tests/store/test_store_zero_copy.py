@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import subprocess
 import sys
 
@@ -109,3 +110,22 @@ for i in range(1, 301):
     finally:
         writer.kill()
         writer.wait()
+
+
+def test_the_background_prefault_touches_every_page_and_changes_no_byte_written_meanwhile():
+    arena = Arena.create(64 << 20, prefault=False)
+    try:
+        data = np.frombuffer(arena.mm, dtype=np.uint8)
+        data[:4096 * 3] = 7  # a value stored before (and while) the pages are populated
+        thread = arena.populate_in_background(chunk=8 << 20)
+        data[(32 << 20):(32 << 20) + 4096] = 9
+        assert thread is not None
+        thread.join(60)
+        assert not thread.is_alive()
+        with open(f"/proc/{os.getpid()}/smaps") as f:  # resident before any read below touches a page
+            block = f.read().split(str(arena.path))[1].split("VmFlags")[0]
+        assert int(block.split("Rss:")[1].split()[0]) >= (64 << 10) - 4  # KiB: every page of 64 MiB
+        assert int(data[:4096 * 3].min()) == 7 and int(data[(32 << 20):(32 << 20) + 4096].min()) == 9
+        assert int(data[4096 * 3:(32 << 20)].max()) == 0
+    finally:
+        arena.close()

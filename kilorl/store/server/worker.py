@@ -81,7 +81,8 @@ class Worker:
         except OSError as exc:
             raise ConfigError(f"port: cannot listen on {spec.host}:{spec.port}: {exc.strerror}") from None
         self.port = self.tcp.getsockname()[1]
-        self.arena = Arena.create(rc.shm_bytes)
+        self.arena = Arena.create(rc.shm_bytes, prefault=False)
+        self.arena.populate_in_background()  # at idle priority: the worker is ready at once
         self.store = ObjectStore(rc, self.arena)
         try:
             self.board = WorkerBoard.create(self.store)

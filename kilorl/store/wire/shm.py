@@ -1,8 +1,12 @@
 """The shared-memory arena: one file in ``/dev/shm`` mapped by a worker and its local clients.
 
 Object bytes are written and read in place through this mapping, so it is part of the
-wire between a worker and a client on its host. The worker pre-faults it at start:
-writing into fresh tmpfs pages is an order of magnitude slower than into touched ones.
+wire between a worker and a client on its host. The worker pre-faults it: writing into
+fresh tmpfs pages is an order of magnitude slower than into touched ones (64 MiB: 55 ms
+against 8 ms here). It does so in a background thread at the lowest CPU priority
+(``populate_in_background``: ``MADV_POPULATE_WRITE``, which never changes a byte, so values
+stored meanwhile are safe), so a worker starting beside Ray and the roles does not take
+their CPU: a synchronous prefault of 256 MiB costs 0.25 s of CPU at start.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import mmap
 import os
 import secrets
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +54,28 @@ class Arena:
             # One write per page allocates every tmpfs page now, not on the first set.
             np.frombuffer(mm, dtype=np.uint8)[::4096] = 0
         return cls(path, size, mm, owner=True)
+
+    def populate_in_background(self, chunk: int = 32 << 20) -> threading.Thread | None:
+        """Pre-faults every page from a daemon thread at nice 19, chunk by chunk; None where the
+        kernel has no ``MADV_POPULATE_WRITE`` (Linux < 5.14: pages then fault on first write)."""
+        advice = getattr(mmap, "MADV_POPULATE_WRITE", 23 if os.uname().sysname == "Linux" else None)
+        if advice is None:
+            return None
+
+        def run() -> None:
+            try:
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # this thread only (Linux)
+            except (OSError, AttributeError):
+                pass
+            for start in range(0, self.size, chunk):
+                try:
+                    self.mm.madvise(advice, start, min(chunk, self.size - start))
+                except (OSError, ValueError):  # unsupported, or the arena closed meanwhile
+                    return
+
+        t = threading.Thread(target=run, name="arena-populate", daemon=True)
+        t.start()
+        return t
 
     @classmethod
     def attach(cls, path: str, size: int) -> Arena:
