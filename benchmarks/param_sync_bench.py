@@ -57,6 +57,8 @@ def make_params(shapes: list[tuple[int, ...]], fill: float) -> dict[str, torch.T
 
 
 def start_worker(tmp: Path, shm: str) -> tuple[subprocess.Popen, str, str]:
+    from kilorl.store import StoreClient
+
     run_dir = tmp / "worker"
     token = secrets.token_hex(16)
     cmd = [sys.executable, "-m", "kilorl.cli.main", "store", "start", "--foreground", "--port", "0",
@@ -70,7 +72,11 @@ def start_worker(tmp: Path, shm: str) -> tuple[subprocess.Popen, str, str]:
         if info.exists():
             data = json.loads(info.read_text())
             if data.get("pid") == proc.pid:
-                return proc, f"127.0.0.1:{data['port']}", token
+                address = f"127.0.0.1:{data['port']}"
+                with StoreClient(address, token=token) as c:  # measure once every arena page is pre-faulted
+                    while not c.stats()["arena_populated"] and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                return proc, address, token
         time.sleep(0.05)
     proc.kill()
     raise RuntimeError("store worker did not start in 60 s")

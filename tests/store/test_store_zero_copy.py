@@ -121,7 +121,7 @@ def test_the_background_prefault_touches_every_page_and_changes_no_byte_written_
         data[(32 << 20):(32 << 20) + 4096] = 9
         assert thread is not None
         thread.join(60)
-        assert not thread.is_alive()
+        assert not thread.is_alive() and arena.populated.is_set()
         with open(f"/proc/{os.getpid()}/smaps") as f:  # resident before any read below touches a page
             block = f.read().split(str(arena.path))[1].split("VmFlags")[0]
         assert int(block.split("Rss:")[1].split()[0]) >= (64 << 10) - 4  # KiB: every page of 64 MiB
@@ -129,3 +129,7 @@ def test_the_background_prefault_touches_every_page_and_changes_no_byte_written_
         assert int(data[4096 * 3:(32 << 20)].max()) == 0
     finally:
         arena.close()
+
+
+def test_a_worker_says_when_its_arena_is_pre_faulted(client):
+    wait_until(lambda: client.stats()["arena_populated"], timeout=30, what="the arena pre-faulted")

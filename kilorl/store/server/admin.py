@@ -56,6 +56,7 @@ def stats(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
              streams=sorted(w.streams.streams), leases=sum(len(c.leases) for c in list(w.connections.values())))
     s["connection"] = {"id": conn.id, "bytes_read": conn.bytes_read}
     s["process"] = _process_memory()
+    s["arena_populated"] = w.arena.populated.is_set()  # every page pre-faulted (wire/shm.py)
     info = w.router.info()
     if info is not None:
         s["cluster"] = info

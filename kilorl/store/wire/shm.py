@@ -34,6 +34,8 @@ class Arena:
         self.mm = mm
         self.view = memoryview(mm)
         self.owner = owner
+        self.populated = threading.Event()
+        """Set once every page is pre-faulted (at creation, or by ``populate_in_background``)."""
 
     @classmethod
     def create(cls, size: int, prefault: bool = True) -> Arena:
@@ -53,7 +55,10 @@ class Arena:
         if prefault:
             # One write per page allocates every tmpfs page now, not on the first set.
             np.frombuffer(mm, dtype=np.uint8)[::4096] = 0
-        return cls(path, size, mm, owner=True)
+        arena = cls(path, size, mm, owner=True)
+        if prefault:
+            arena.populated.set()
+        return arena
 
     def populate_in_background(self, chunk: int = 32 << 20) -> threading.Thread | None:
         """Pre-faults every page from a daemon thread at nice 19, chunk by chunk; None where the
@@ -72,6 +77,7 @@ class Arena:
                     self.mm.madvise(advice, start, min(chunk, self.size - start))
                 except (OSError, ValueError):  # unsupported, or the arena closed meanwhile
                     return
+            self.populated.set()
 
         t = threading.Thread(target=run, name="arena-populate", daemon=True)
         t.start()
