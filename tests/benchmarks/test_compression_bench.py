@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from tests.benchmarks.bench_modules import load_bench
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "compression_bench.py"
-spec = importlib.util.spec_from_file_location("compression_bench", BENCH)
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
+bench = load_bench("compression_bench")
 
 
 def test_time_to_threshold_is_the_first_report_at_or_above_it():

@@ -7,30 +7,14 @@ than the shares need (that would make a ceiling too high) and should beat the tr
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.benchmarks.bench_modules import load_bench
 
-
-def _load(name: str):
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
-
-
-ceiling = _load("sched_packing_ceiling")
+ceiling = load_bench("sched_packing_ceiling")
 
 
 def test_knapsack_takes_the_best_combination_not_the_densest_item() -> None:

@@ -7,7 +7,6 @@ decide what the benchmark reports, with real files and real subprocesses.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import sys
@@ -17,23 +16,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.benchmarks.bench_modules import BENCH, load_bench
 
-
-def _load(name: str):
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
-
-
-pvp = _load("ppo_vs_peers")
-zoo = _load("zoo_hyperparams")
+pvp = load_bench("ppo_vs_peers")
+zoo = load_bench("zoo_hyperparams")
 CARTPOLE = pvp.ENVS["cartpole"]
 
 
