@@ -114,3 +114,18 @@ def test_a_slot_says_none_before_the_region_it_names_is_freed(tmp_path):
         reader.close()
         board.close()
         arena.close()
+
+
+def test_a_board_left_behind_by_a_reconnect_serves_nothing(client):
+    """A failover (even one inside a board wait's check) moves the client to another worker's
+    board; the old one may be a dead worker's, so a read still holding it gets None, not bytes."""
+    from kilorl.store.client.board_reads import board_read
+
+    client.publish("r", b"x", version=1)
+    old = client.board
+    client._connect(client.address)  # what a failover does
+    assert old.stale and client.board is not None and client.board is not old
+    got, _ = board_read(old, client.arena.view, [("r", None)], None, None, None, client.latest_version,
+                        client._connected)
+    assert got is None
+    assert bytes(client.get_versions([("r", None)]).value[0]) == b"x" and client.board_reads == 1

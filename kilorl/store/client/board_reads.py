@@ -45,6 +45,8 @@ def board_read(board: BoardReader, arena: memoryview, reads: Reads, version: int
     tries = 0
     seen_held = False
     while True:
+        if board.stale:  # the client reconnected (maybe inside ``latest``): the request decides
+            return None, _left(deadline)
         generation = board.generation
         head = board.entry(anchor)
         if head is None:

@@ -100,8 +100,8 @@ class StoreClient:
         if info.get("members"):
             self.members = list(info["members"])
         self.arena = None
-        if self.board is not None:
-            self.board.close()
+        if self.board is not None:  # another thread may be reading it: mark it, the mapping goes with it
+            self.board.stale = True
         self.board = None
         if self._zero_copy and "arena" in info:
             try:

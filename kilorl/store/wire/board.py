@@ -194,6 +194,9 @@ class BoardReader(_Board):
     def __init__(self, arena: Arena):
         super().__init__(arena)
         self._slots: dict[str, int] = {}
+        self.stale = False
+        """Set when the client moved to another connection: this board may be a dead
+        worker's, so no read is served from it (its mapping stays valid while in use)."""
 
     def entry(self, name: str) -> Entry | None:
         """The slot of ``name`` now (None: no slot, or one being rewritten)."""
@@ -220,5 +223,6 @@ class BoardReader(_Board):
                    ctypes.byref(ts), None, _bit(at))
 
     def close(self) -> None:
+        self.stale = True
         del self._gen
         self.arena.close()
