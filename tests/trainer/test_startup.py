@@ -142,3 +142,26 @@ def test_while_the_preload_thread_imports_torch_no_other_driver_thread_imports_i
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r == {"before": False, "seen": [], "steps": 4096, "checkpoint": True}
+
+
+def test_an_embedded_rays_workers_have_the_role_modules_imported_before_their_first_task():
+    # The roles' import (torch, gymnasium, kiloRL: 1.4 s of CPU) is Ray's preload, done while
+    # Ray is still starting; a fresh process, so this Ray is the one Cluster.connect starts.
+    script = textwrap.dedent("""
+        import json, sys, ray
+        from kilorl.trainer.cluster import ROLE_MODULES, Cluster
+
+        assert Cluster().connect(1)
+
+        @ray.remote(num_cpus=0)
+        def imported():
+            return [m for m in ("torch", *ROLE_MODULES) if m in sys.modules]
+
+        print(json.dumps({"driver": "torch" in sys.modules, "worker": ray.get(imported.remote())}))
+        ray.shutdown()
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO,
+                         env={**os.environ, "RAY_ADDRESS": "local"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {
+        "driver": False, "worker": ["torch", "kilorl.roles.actor", "kilorl.roles.learner"]}
