@@ -138,7 +138,12 @@ def test_bad_fields_of_range_describe_and_version_ops_are_named(worker):
              ({"op": "describe"}, "key"),
              ({"op": "get_version", "name": "n", "ranges": [[0]]}, "ranges[0]"),
              ({"op": "set", "ver": ["n", "one"], "meta": {"k": "bytes"}}, "ver"),
-             ({"op": "keys", "prefix": 3}, "prefix")]
+             ({"op": "keys", "prefix": 3}, "prefix"),
+             ({"op": "publish"}, "items"),
+             ({"op": "publish", "items": [["n", None, {"k": "bytes"}, -1]]}, "items[0]"),
+             ({"op": "publish", "items": [["n", None, {"k": "bytes"}, 4]]}, "items: sizes add up to 4"),
+             ({"op": "publish", "items": [["n", "one", {"k": "bytes"}, 0]]}, "items[0]"),
+             ({"op": "publish", "items": [["n", None, {"k": "bytes"}, 0]], "nx": True}, "nx")]
     for header, field in cases:
         s.sendall(frame(header))
         n = struct.unpack("!2sBBIQ", s.recv(16, socket.MSG_WAITALL))

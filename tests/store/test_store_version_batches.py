@@ -102,6 +102,21 @@ def test_a_publish_batch_stops_at_its_first_failure_and_returns_its_arena_space(
     assert bytes(client.get_version("d").value) == b"too"
 
 
+def test_inline_values_publish_in_one_request_that_stops_at_its_first_failure(client):
+    client.publish("b", b"x", version=5)
+    sent = []
+    pipeline = client._pipeline
+    client._pipeline = lambda requests: sent.append([h["op"] for h, _ in requests]) or pipeline(requests)
+    with pytest.raises(InvalidRequest, match="not newer"):
+        client.publish_many([("a", blob(1, 1000), 1), ("b", b"old", 1), ("c", b"late", 1)])
+    assert sent == [["publish"]]  # one round trip for the whole batch
+    assert client.latest_version("a") == 1 and bytes(client.get_version("a").value) == blob(1, 1000)
+    assert client.latest_version("c") is None  # after the failure: not published
+    assert client.publish_many([("c", [b"now", b" and"], 1), ("d", b"too", 1)]) == [1, 1]
+    assert bytes(client.get_version("c").value) == b"now and"
+    assert sent[-1] == ["publish"]
+
+
 def test_a_request_of_a_failed_batch_is_skipped_with_batch_aborted(client):
     client.publish("b", b"x", version=5)
     replies = client._pipeline([({"op": "set", "ver": ["b", 1], "meta": {"k": "bytes"}, "batch": "t"}, [b"1"]),

@@ -1,8 +1,10 @@
-"""Pipelined batches of publishes: every request sent, then every reply read.
+"""Batches of publishes: one request when every value travels inline, else pipelined.
 
-A batch carries one ``batch`` id; the worker skips the requests of a batch after its first
-failure (``BatchAborted``), so what is published is always a prefix of the batch. Values
-that go through the arena take one more round trip (all allocations at once).
+Values small enough to travel inline go in one ``publish`` request (one frame, one reply).
+With values that go through the arena, every request is sent, then every reply read: a
+batch carries one ``batch`` id and the worker skips the requests of a batch after its first
+failure (``BatchAborted``); the arena's values take one more round trip (all allocations at
+once). Either way what is published is always a prefix of the batch.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ def publish_batch(pipeline: Pipeline, check_size: Callable[[int], None], arena: 
     for enc in encoded:
         check_size(enc.nbytes)
     big = [i for i, enc in enumerate(encoded) if arena is not None and enc.nbytes >= inline_threshold]
+    if not big:  # every value inline: one request carries them all
+        return _publish_inline(pipeline, items, encoded, mode)
     tickets: dict[int, int] = {}
     if big:  # one round trip for every arena allocation, then the bytes go straight in
         replies = pipeline([({"op": "alloc", "size": encoded[i].nbytes}, []) for i in big])
@@ -59,3 +63,15 @@ def publish_batch(pipeline: Pipeline, check_size: Callable[[int], None], arena: 
         pipeline([({"op": "abort", "ticket": t}, []) for t in skipped])
         raise errors[0]
     return [r["version"] for r in replies]
+
+
+def _publish_inline(pipeline: Pipeline, items: list[tuple[str, Any, int | None]], encoded: list[Any],
+                    mode: str) -> list[int]:
+    """The worker's ``publish`` op: every value end to end in one frame, stored in order up to
+    the first failure (whose error is raised), as a pipelined batch would be."""
+    header = {"op": "publish", "mode": mode,
+              "items": [[name, version, enc.meta, enc.nbytes] for (name, _, version), enc in zip(items, encoded)]}
+    reply = pipeline([(header, [b for enc in encoded for b in enc.buffers()])])[0]
+    if isinstance(reply, StoreError):
+        raise reply
+    return reply["versions"]

@@ -237,11 +237,8 @@ class ObjectStore:
             return obj, old
 
     def _place(self, obj: Obj, data: Region | bytearray) -> None:
-        rank = tiering.tier_rank(obj.preferred)
-        order = [obj.preferred] + [t for t in tiering.TIER_ORDER if tiering.tier_rank(t) > rank] + \
-                [t for t in reversed(tiering.TIER_ORDER) if tiering.tier_rank(t) < rank]
         last: StoreFullError | None = None
-        for t in order:
+        for t in tiering.placement_order(obj.preferred):
             if t not in self.available:
                 continue
             try:

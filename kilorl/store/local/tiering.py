@@ -6,6 +6,7 @@ frequency and recency count. The policy only decides; the object table moves byt
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Iterable
@@ -18,6 +19,15 @@ HOT_ACCESSES = 4.0  # heat that lifts an object above its preferred tier (disk -
 
 def tier_rank(tier: str | None) -> int:
     return TIER_ORDER.index(tier) if tier in TIER_ORDER else len(TIER_ORDER)
+
+
+@functools.cache
+def placement_order(preferred: str | None) -> tuple[str | None, ...]:
+    """Tiers to try for an object preferring ``preferred``: it, the slower ones, then the faster
+    ones (computed once per tier: every write asks)."""
+    rank = tier_rank(preferred)
+    return (preferred, *[t for t in TIER_ORDER if tier_rank(t) > rank],
+            *[t for t in reversed(TIER_ORDER) if tier_rank(t) < rank])
 
 
 class HasHeat(Protocol):

@@ -1,6 +1,7 @@
-"""Write ops: ``set`` (payload over the socket), ``alloc``/``commit``/``abort`` (local clients
-write into the arena themselves). User-key writes run between the router's begin/end hooks
-and are announced to it once stored; versions of a published name take their own path.
+"""Write ops: ``set`` (payload over the socket), ``publish`` (versions of several names in
+one request), ``alloc``/``commit``/``abort`` (local clients write into the arena themselves).
+User-key writes run between the router's begin/end hooks and are announced to it once
+stored; versions of a published name take their own path.
 
 ``nx`` (set-if-absent) is decided under the object table's lock on this worker, then by the
 router (on a mesh: the key's ring owner, whose record decides) before the value is made
@@ -36,18 +37,23 @@ def write_fields(w: Worker, header: dict[str, Any]) -> dict[str, Any]:
     w.store.check_tier(tier)
     ver = header.get("ver")
     if ver is not None:
-        if not (isinstance(ver, list) and len(ver) == 2 and isinstance(ver[0], str) and ver[0]
-                and (ver[1] is None or (isinstance(ver[1], int) and not isinstance(ver[1], bool)))):
-            raise InvalidRequest("ver: must be [name, version or None]")
-        if ver[1] is not None and ver[1] < 0:
-            raise InvalidRequest(f"version: must be a non-negative int, got {ver[1]!r}")
-        ver = [ver[0], w.version_book().reserve(ver[0], ver[1])]
+        ver = version_field(w, ver, "ver")
     nx = arg(header, "nx", bool, False)
     if nx and ver is not None:
         raise InvalidRequest("nx: set-if-absent applies to keys, not to versions of a published name")
     meta = arg(header, "meta", dict)
     return {"meta": meta, "mode": mode, "ttl": ttl_field(header), "tier": tier, "pin": bool(header.get("pin")),
             "ver": ver, "nx": nx}
+
+
+def version_field(w: Worker, ver: Any, field: str) -> list[Any]:
+    """``[name, version or None]`` checked, with the version a publish of it will use."""
+    if not (isinstance(ver, list) and len(ver) == 2 and isinstance(ver[0], str) and ver[0]
+            and (ver[1] is None or (isinstance(ver[1], int) and not isinstance(ver[1], bool)))):
+        raise InvalidRequest(f"{field}: must be [name, version or None]")
+    if ver[1] is not None and ver[1] < 0:
+        raise InvalidRequest(f"version: must be a non-negative int, got {ver[1]!r}")
+    return [ver[0], w.version_book().reserve(ver[0], ver[1])]
 
 
 def finish_put(w: Worker, key: str, size: int, data: Region | bytearray, f: dict[str, Any]) -> Reply:
@@ -169,3 +175,36 @@ def abort(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     if region is not None:
         w.store.release([region])
     return Reply()
+
+
+@OPS.op("publish")
+def publish(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    """Versions of several published names in one request: ``items`` = [[name, version or
+    None, meta, size], ...], their values end to end in the payload. Stored in order; the
+    first failure stops the rest (its error is the reply), so what is published is always a
+    prefix of the items, as for a pipelined batch of ``set`` requests, for one frame's cost."""
+    items = arg(h, "items", list)
+    if not items or len(items) > 4096:
+        raise InvalidRequest(f"items: must list 1 to 4096 [name, version, meta, size], got {len(items)}")
+    for i, item in enumerate(items):
+        if not (isinstance(item, list) and len(item) == 4 and isinstance(item[2], dict)
+                and isinstance(item[3], int) and not isinstance(item[3], bool) and item[3] >= 0):
+            raise InvalidRequest(f"items[{i}]: must be [name, version or None, meta, size], got {item!r}")
+    if sum(item[3] for item in items) != conn.fs.pending_payload:
+        raise InvalidRequest(f"items: sizes add up to {sum(item[3] for item in items)} bytes, "
+                             f"the payload has {conn.fs.pending_payload}")
+    common = write_fields(w, {**{k: v for k, v in h.items() if k != "ver"}, "meta": {}})
+    if common["nx"]:
+        raise InvalidRequest("nx: set-if-absent applies to keys, not to versions of a published name")
+    versions = []
+    for i, (name, version, meta, size) in enumerate(items):
+        f = {**common, "meta": meta, "ver": version_field(w, [name, version], f"items[{i}]")}
+        data = w.store.stage(size, f["tier"])
+        try:
+            conn.fs.read_payload_part(w.store.view(data) if isinstance(data, Region) else memoryview(data))
+        except BaseException:
+            if isinstance(data, Region):
+                w.store.release([data])
+            raise
+        versions.append(finish_put(w, "", size, data, f).header["version"])
+    return Reply({"versions": versions})

@@ -128,14 +128,26 @@ class BoardWriter(_Board):
         super().__init__(arena)
         self.names: dict[str, tuple[str, int]] = {}
         """name -> (hidden key, arena offset) of the version its slot names now."""
+        self._slots: dict[str, int] = {}
+        """name -> its slot's byte position (a claimed slot keeps its name for good)."""
+
+    def _slot(self, name: str, claim: bool) -> int | None:
+        at = self._slots.get(name)
+        if at is None:
+            raw = name.encode()
+            if len(raw) > MAX_NAME:
+                return None
+            at = self._find(raw)
+            if at is None and claim:
+                at = self._claim(raw)
+            if at is not None:
+                self._slots[name] = at
+        return at
 
     def put(self, name: str, key: str, version: int, offset: int, size: int, flags: int) -> bool:
         """Names ``version`` of ``name`` (stored under ``key`` at ``offset``) as the newest;
         a version not newer than the slot's is ignored. False when the name has no slot."""
-        raw = name.encode()
-        at = self._find(raw) if len(raw) <= MAX_NAME else None
-        if at is None and len(raw) <= MAX_NAME:
-            at = self._claim(raw)
+        at = self._slot(name, claim=True)
         if at is None:
             return False
         seq, _, old, *_ = _SLOT.unpack_from(self.view, at)
@@ -151,7 +163,7 @@ class BoardWriter(_Board):
         if self.names.get(name) != (key, offset):
             return
         del self.names[name]
-        at = self._find(name.encode())
+        at = self._slot(name, claim=False)
         if at is not None:
             self._write(at, _SLOT.unpack_from(self.view, at)[0], -1, 0, 0, 0)
 

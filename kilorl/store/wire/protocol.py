@@ -114,9 +114,16 @@ class FramedSocket:
 
     def read_payload_into(self, target: memoryview) -> None:
         """Reads the whole pending payload into ``target`` (its length must match)."""
+        if len(target) != self.pending_payload:
+            raise ProtocolError(f"payload length {self.pending_payload} != expected {len(target)}")
+        self.read_payload_part(target)
+
+    def read_payload_part(self, target: memoryview) -> None:
+        """Reads the next ``len(target)`` bytes of the pending payload into ``target``
+        (a payload that carries several values end to end is read value by value)."""
         n = len(target)
-        if n != self.pending_payload:
-            raise ProtocolError(f"payload length {self.pending_payload} != expected {n}")
+        if n > self.pending_payload:
+            raise ProtocolError(f"payload part of {n} bytes exceeds the {self.pending_payload} left")
         take = min(self._hi - self._lo, n)
         if take:
             target[:take] = self._mv[self._lo:self._lo + take]
@@ -129,7 +136,7 @@ class FramedSocket:
             if got == 0:
                 raise ProtocolError("truncated frame: connection closed mid-payload")
             filled += got
-        self.pending_payload = 0
+        self.pending_payload -= n
 
     def read_payload(self) -> bytearray:
         out = bytearray(self.pending_payload)
