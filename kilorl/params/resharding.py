@@ -162,15 +162,16 @@ class ReadPlan:
                       key=lambda x: x[0])
         starts = [o for o, _ in segs]
         views = [v for _, v in segs]
+        addrs = [v.__array_interface__["data"][0] for v in views] if share and out is None else []
         tensors = {}
         for p in self.pieces:
-            view = self._view(p, starts, views) if share and out is None else None
+            view = self._view(p, starts, views, addrs) if share and out is None else None
             tensors[p.name] = view if view is not None else self._tensor(
                 p, starts, views, None if out is None else out.get(p.name))
         return tensors
 
     @staticmethod
-    def _view(p: _Piece, starts: list[int], views: list[np.ndarray]) -> torch.Tensor | None:
+    def _view(p: _Piece, starts: list[int], views: list[np.ndarray], addrs: list[int]) -> torch.Tensor | None:
         """``p`` as a view of its segment, when it is one contiguous, aligned run of one.
 
         The store hands its buffers out read-only; torch has no read-only tensors, so the
@@ -183,9 +184,11 @@ class ReadPlan:
         if i < 0 or p.end > starts[i] + views[i].size:
             return None
         dtype = dtype_from_name(p.dtype)
-        run = views[i][p.start - starts[i]:p.start - starts[i] + p.run_len]
-        if run.ctypes.data % dtype.itemsize:
+        if (addrs[i] + p.start - starts[i]) % dtype.itemsize:  # the segment's address, not ndarray.ctypes (slow)
             return None
+        run = views[i][p.start - starts[i]:p.start - starts[i] + p.run_len]
+        if run.flags.writeable:  # a private copy (a board read): no warning to silence
+            return torch.from_numpy(run).view(dtype).reshape(p.shape)
         with warnings.catch_warnings():  # "the given NumPy array is not writable": known, see above
             warnings.simplefilter("ignore", UserWarning)
             return torch.from_numpy(run).view(dtype).reshape(p.shape)
