@@ -44,6 +44,14 @@ class FrameLimits:
     """Largest payload accepted in one frame, in bytes (a 4 GiB prefix is refused)."""
 
 
+def _bytes_view(b: Any) -> memoryview:
+    """``b`` as a flat byte view; one already flat is taken as it is (a cast re-exports the
+    buffer: 1-3 µs per part, and a publish sends a dozen)."""
+    if type(b) is memoryview and b.ndim == 1 and b.format == "B" and b.c_contiguous:
+        return b
+    return memoryview(b).cast("B")
+
+
 def pack_header(header: dict[str, Any]) -> bytes:
     return msgpack.packb(header, use_bin_type=True)
 
@@ -159,7 +167,7 @@ class FramedSocket:
         next frame sent or before the next wait for input (replies to pipelined requests
         then reach the peer in one system call); the buffers may be reused at once."""
         hb = pack_header(header)
-        views = [memoryview(b).cast("B") for b in buffers]
+        views = [_bytes_view(b) for b in buffers]
         plen = sum(v.nbytes for v in views)
         head = PREFIX.pack(MAGIC, VERSION, 0, len(hb), plen) + hb
         if plen <= _SMALL_SEND:
@@ -189,7 +197,7 @@ class FramedSocket:
         pending: list[Any] = []
         size = 0
         for header, buffers in frames:
-            views = [memoryview(b).cast("B") for b in buffers]
+            views = [_bytes_view(b) for b in buffers]
             plen = sum(v.nbytes for v in views)
             if plen > _SMALL_SEND:
                 if pending:
