@@ -97,11 +97,12 @@ def finish_put(w: Worker, key: str, size: int, data: Region | bytearray, f: dict
     except BaseException:
         w.store.delete_generation(key, obj.gen)
         raise
-    if reclaim:
+    book = w.version_book()
+    if w.board is not None:  # readers waiting on the board wake now; reclaiming can follow
+        w.board.committed(f["ver"][0], f["ver"][1], key, obj, book is w.local_book)
+    if reclaim:  # a region the board names is cleared from it before it is freed (on_release)
         _, l2_keys = w.store.delete(reclaim)
         w.delete_l2(l2_keys)
-    if w.board is not None:
-        w.board.committed(f["ver"][0], f["ver"][1], key, obj, w.version_book() is w.local_book)
     return Reply({"gen": obj.gen, "version": f["ver"][1]})
 
 
