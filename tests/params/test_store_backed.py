@@ -43,6 +43,27 @@ def test_a_version_is_three_shards_and_a_commit_record_in_the_worker(store, stor
         c.close()
 
 
+def test_a_writer_whose_shapes_change_publishes_the_new_layout_and_bytes(store):
+    # the publisher keeps one plan per set of shapes: a new shape must never reuse the old cuts
+    store.publish("policy", 1, params(1))
+    grown = {**params(2), "pi.b": torch.randn(301), "extra": torch.arange(7, dtype=torch.int64)}
+    store.publish("policy", 2, grown)
+    store.publish("policy", 3, params(3))
+    assert store.layout("policy", 2)[1].spec("pi.b").shape == (301,)
+    for v, want in ((2, grown), (3, params(3))):
+        version, got = store.fetch("policy", version=v)
+        assert version == v and set(got) == set(want) and all(torch.equal(got[k], t) for k, t in want.items())
+
+
+def test_non_contiguous_and_numpy_values_publish_their_values(store):
+    import numpy as np
+
+    t = torch.randn(40, 30)
+    store.publish("p", 1, {"t": t.T, "a": np.arange(12, dtype=np.float32).reshape(3, 4)})
+    _, got = store.fetch("p")
+    assert torch.equal(got["t"], t.T) and torch.equal(got["a"], torch.arange(12, dtype=torch.float32).reshape(3, 4))
+
+
 def test_a_reader_layout_reads_slices_equal_to_the_original(store):
     store.publish("policy", 7, params(7))
     _, got = store.fetch("policy", layout={"pi.w": Shard(1, 4, dim=1), "v.w": Full()})
