@@ -106,6 +106,19 @@ def finish_put(w: Worker, key: str, size: int, data: Region | bytearray, f: dict
     return Reply({"gen": obj.gen, "version": f["ver"][1]})
 
 
+def staged_read(w: Worker, conn: Connection, size: int, tier: str | None) -> Region | bytearray:
+    """The next ``size`` bytes of the request's payload, read into room staged for them
+    (given back to the store if the read fails)."""
+    data = w.store.stage(size, tier)
+    try:
+        conn.fs.read_payload_part(w.store.view(data) if isinstance(data, Region) else memoryview(data))
+    except BaseException:
+        if isinstance(data, Region):
+            w.store.release([data])
+        raise
+    return data
+
+
 def routed_write(w: Worker, key: str, write: Callable[[], Reply], announced: bool = False) -> Reply:
     """A user-key write between the router's begin/end, announced when it stored the value
     (``announced``: a set-if-absent, which ``finish_put`` announced already)."""
@@ -128,14 +141,7 @@ def set_(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     def write() -> Reply:
         f = write_fields(w, h)
         size = conn.fs.pending_payload
-        data = w.store.stage(size, f["tier"])
-        try:
-            conn.fs.read_payload_into(w.store.view(data) if isinstance(data, Region) else memoryview(data))
-        except BaseException:
-            if isinstance(data, Region):
-                w.store.release([data])
-            raise
-        return finish_put(w, key, size, data, f)
+        return finish_put(w, key, size, staged_read(w, conn, size, f["tier"]), f)
     return routed_write(w, key, write, announced=h.get("nx") is True)
 
 
@@ -200,12 +206,5 @@ def publish(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     versions = []
     for i, (name, version, meta, size) in enumerate(items):
         f = {**common, "meta": meta, "ver": version_field(w, [name, version], f"items[{i}]")}
-        data = w.store.stage(size, f["tier"])
-        try:
-            conn.fs.read_payload_part(w.store.view(data) if isinstance(data, Region) else memoryview(data))
-        except BaseException:
-            if isinstance(data, Region):
-                w.store.release([data])
-            raise
-        versions.append(finish_put(w, "", size, data, f).header["version"])
+        versions.append(finish_put(w, "", size, staged_read(w, conn, size, f["tier"]), f).header["version"])
     return Reply({"versions": versions})
