@@ -129,3 +129,13 @@ def test_a_board_left_behind_by_a_reconnect_serves_nothing(client):
                         client._connected)
     assert got is None
     assert bytes(client.get_versions([("r", None)]).value[0]) == b"x" and client.board_reads == 1
+
+
+def test_closing_a_client_twice_is_harmless(worker):
+    # a finalizer may close a client its owner closed already (the yuanrong facade does)
+    c = worker.client()
+    c.publish("r", b"x", version=1)
+    assert c.board is not None
+    c.close()
+    c.close()
+    assert c.board.stale

@@ -236,5 +236,6 @@ class BoardReader(_Board):
 
     def close(self) -> None:
         self.stale = True
-        del self._gen
-        self.arena.close()
+        if hasattr(self, "_gen"):  # once: a second close (e.g. a finalizer after close()) does nothing
+            del self._gen
+            self.arena.close()
