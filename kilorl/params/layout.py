@@ -12,6 +12,7 @@ Nothing here knows about RL, Ray or the store: tensors, shapes and bytes only.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from collections.abc import Mapping, Sequence
@@ -31,6 +32,14 @@ def _dtypes() -> dict[str, torch.dtype]:
     return {str(dt).removeprefix("torch."): dt
             for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
                        torch.int16, torch.int32, torch.int64, torch.bool)}
+
+
+SNAP_TO_TENSOR = 0.25
+"""How far (a fraction of one shard's size) a writer's shard cut may move to fall between two
+tensors. A tensor whole in one shard is a zero-copy view for a reader on the node; one cut in
+two is copied (a 20 MB copy into fresh memory costs about 8 ms here, four readers at once on
+two cores about 15). Shards stay within 25% of equal; a tensor larger than that margin is
+cut where the bytes divide evenly."""
 
 
 class LayoutError(ValueError):
@@ -72,7 +81,8 @@ class FlatLayout:
 
     ``bounds`` has ``num_shards + 1`` increasing byte positions from 0 to ``total_bytes``;
     shard ``k`` holds bytes ``[bounds[k], bounds[k+1])``. Shard boundaries need not fall on
-    tensor or element boundaries: readers address bytes, not tensors.
+    tensor or element boundaries: readers address bytes, not tensors (``build`` moves a cut
+    between two tensors when one is near, so most tensors lie whole in one shard).
     """
 
     tensors: tuple[TensorSpec, ...]
@@ -93,8 +103,10 @@ class FlatLayout:
         raise LayoutError(f"no tensor {name!r} in the layout (have {[t.name for t in self.tensors][:8]}...)")
 
     @classmethod
-    def build(cls, shapes: Sequence[tuple[str, str, Sequence[int]]], num_shards: int) -> FlatLayout:
-        """Pack ``(name, dtype, shape)`` in order and cut the bytes into ``num_shards`` near-equal shards."""
+    def build(cls, shapes: Sequence[tuple[str, str, Sequence[int]]], num_shards: int,
+              snap: float = SNAP_TO_TENSOR) -> FlatLayout:
+        """Pack ``(name, dtype, shape)`` in order and cut the bytes into ``num_shards`` near-equal
+        shards, each cut moved to the nearest tensor boundary within ``snap`` of a shard's size."""
         if num_shards < 1:
             raise LayoutError(f"num_shards must be >= 1, got {num_shards}")
         specs, offset, seen = [], 0, set()
@@ -105,14 +117,22 @@ class FlatLayout:
             spec = TensorSpec(name, dtype, tuple(int(s) for s in shape), offset)
             specs.append(spec)
             offset += spec.nbytes
-        bounds = tuple(offset * k // num_shards for k in range(num_shards + 1))
-        return cls(tuple(specs), bounds)
+        ends = [spec.offset + spec.nbytes for spec in specs]
+        bounds = [0]
+        for k in range(1, num_shards):
+            cut = offset * k // num_shards
+            i = bisect.bisect_left(ends, cut)
+            near = min((ends[j] for j in (i - 1, i) if 0 <= j < len(ends)), key=lambda b: abs(b - cut), default=cut)
+            if abs(near - cut) <= snap * offset / num_shards and bounds[-1] < near < offset:
+                cut = near
+            bounds.append(max(cut, bounds[-1]))
+        return cls(tuple(specs), (*bounds, offset))
 
     @classmethod
-    def of(cls, tensors: Mapping[str, torch.Tensor], num_shards: int) -> FlatLayout:
+    def of(cls, tensors: Mapping[str, torch.Tensor], num_shards: int, snap: float = SNAP_TO_TENSOR) -> FlatLayout:
         """The layout of a state dict (in its iteration order)."""
         return cls.build([(k, str(v.dtype).removeprefix("torch."), tuple(v.shape)) for k, v in tensors.items()],
-                         num_shards)
+                         num_shards, snap)
 
     def to_json(self) -> dict:
         return {"tensors": [t.to_json() for t in self.tensors], "bounds": list(self.bounds)}

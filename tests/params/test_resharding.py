@@ -137,3 +137,25 @@ def test_segments_that_leave_a_needed_byte_uncovered_are_an_error():
     plan = plan_read(layout)
     with pytest.raises(LayoutError, match="no segment holds flat byte 8"):
         plan.assemble_segments([(0, bytes(8)), (12, bytes(4))])
+
+
+def test_a_writer_cut_moves_to_a_tensor_boundary_within_a_quarter_shard():
+    # five 4 MB tensors in two shards: the even cut (10 MB) would split the third tensor in
+    # two, which a reader on the node must then copy; 8 MB is within a quarter of a shard
+    five = {f"t{i}": torch.zeros(1000, 1000) for i in range(5)}
+    assert FlatLayout.of(five, 2).bounds == (0, 8_000_000, 20_000_000)
+    assert FlatLayout.of(five, 2, snap=0.0).bounds == (0, 10_000_000, 20_000_000)
+    # one tensor has no boundary to move to; a far boundary is not taken
+    assert FlatLayout.of({"w": torch.zeros(100, 10)}, 4).bounds == (0, 1000, 2000, 3000, 4000)
+    assert FlatLayout.of({"a": torch.zeros(1000), "b": torch.zeros(9000)}, 2).bounds == (0, 20_000, 40_000)
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(0, 5000), min_size=1, max_size=12), shards=st.integers(1, 6))
+def test_snapped_cuts_stay_ordered_and_within_a_quarter_shard_of_even(sizes, shards):
+    layout = FlatLayout.of({f"t{i}": torch.zeros(n) for i, n in enumerate(sizes)}, shards)
+    total = 4 * sum(sizes)
+    assert layout.bounds[0] == 0 and layout.bounds[-1] == total and len(layout.bounds) == shards + 1
+    assert all(a <= b for a, b in zip(layout.bounds, layout.bounds[1:]))
+    for k, cut in enumerate(layout.bounds[1:-1], 1):
+        assert abs(cut - total * k // shards) <= 0.25 * total / shards
