@@ -17,13 +17,16 @@ from typing import Any, Literal
 
 from kilorl.config import Config
 
-ROLE_MODULES = ("kilorl.roles.actor", "kilorl.roles.learner")
+ROLE_MODULES = ("kilorl.roles.prestart",)
 """What an embedded Ray's prestarted workers import before they take work (Ray's
-``preload_python_modules``). Ray starts them near the end of ``ray.init()`` and they wait
-idle for the roles, whose first act is importing torch, gymnasium and kiloRL (about 1.4 s
-of CPU); preloaded, that import overlaps the rest of Ray's start. Measured on a 2-core VM
-(``benchmarks/startup_breakdown.py``, 5 alternating runs): roles 1.81 s instead of 2.04 s,
-``ray.init()`` unchanged (its run-to-run spread, 2.4-4.1 s, hides any cost of its own)."""
+``preload_python_modules``). Ray starts them near the end of ``ray.init()``, and they wait
+idle for the roles. A role's first act is importing torch, gymnasium and kiloRL, about
+1.4 s of CPU. Preloaded, that import overlaps the rest of Ray's start. ``kilorl.roles.prestart``
+imports both roles with the garbage collector paused.
+
+Measured on a 2-core VM (``benchmarks/startup_breakdown.py``, 5 alternating runs): the
+roles took 1.81 s preloaded against 2.04 s without, and ``ray.init()`` was unchanged. Its
+run-to-run spread, 2.4-4.1 s, hides any cost of its own."""
 
 TORCH_BACKENDS = ("gloo", "nccl", "mpi", "ucc")
 """torch.distributed's built-in backend names (a described cluster may have any of them)."""

@@ -155,7 +155,10 @@ def test_an_embedded_rays_workers_have_the_role_modules_imported_before_their_fi
 
         @ray.remote(num_cpus=0)
         def imported():
-            return [m for m in ("torch", *ROLE_MODULES) if m in sys.modules]
+            import gc
+            modules = [m for m in ("torch", "kilorl.roles.actor", "kilorl.roles.learner", *ROLE_MODULES)
+                       if m in sys.modules]
+            return {"modules": modules, "gc on": gc.isenabled(), "frozen": gc.get_freeze_count() > 100_000}
 
         print(json.dumps({"driver": "torch" in sys.modules, "worker": ray.get(imported.remote())}))
         ray.shutdown()
@@ -164,4 +167,6 @@ def test_an_embedded_rays_workers_have_the_role_modules_imported_before_their_fi
                          env={**os.environ, "RAY_ADDRESS": "local"})
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {
-        "driver": False, "worker": ["torch", "kilorl.roles.actor", "kilorl.roles.learner"]}
+        "driver": False,
+        "worker": {"modules": ["torch", "kilorl.roles.actor", "kilorl.roles.learner", "kilorl.roles.prestart"],
+                   "gc on": True, "frozen": True}}
