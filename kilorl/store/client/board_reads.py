@@ -26,6 +26,8 @@ CHECK_S = 0.1
 NAME_GRACE_S = 0.05
 """A version the worker holds but the board does not name yet (the worker names it just after
 the commit) gets this long before the request reads it instead."""
+ALIGN = 64
+"""Where in a board read's buffer its ranges start (tensors in them keep their alignment)."""
 TRIES = 4
 """Copies discarded in a row (the version was replaced under the read) before falling back."""
 
@@ -100,10 +102,15 @@ def _left(deadline: float | None) -> float | None:
 
 def _copy(board: BoardReader, arena: memoryview, reads: Reads, head: Entry) -> tuple[Versioned, int] | None:
     """Copies of every read at ``head``'s version and their bytes, or None if a part is not
-    named at that version (or the slots changed during the copy, or the read is too large)."""
+    named at that version (or the slots changed during the copy, or the read is too large).
+
+    Every copy lands in one buffer, in the order of ``reads``. The ranges lie end to end from
+    an aligned start (``ALIGN``; a whole value before them ends padded), so a reader whose
+    ranges follow each other in its layout gets them adjacent in memory too, and a tensor
+    that a shard cut split can still be one view (``kilorl.params.resharding``)."""
     entries: list[tuple[str, Entry]] = []
-    values: list[Any] = []
-    total = 0
+    spans: list[tuple[int, bool, int, int, int]] = []  # (read index, whole value?, arena offset, length, at)
+    pos = 0
     for i, (name, ranges) in enumerate(reads):
         e = head if i == 0 else board.entry(name)
         if e is None or e.seq & 1 or e.version != head.version:
@@ -112,17 +119,28 @@ def _copy(board: BoardReader, arena: memoryview, reads: Reads, head: Entry) -> t
         if ranges is None:
             if not e.flags & RAW:
                 return None
-            total += e.size
-            spans = [(0, e.size)]
-        else:
-            if any(o < 0 or n < 0 or o + n > e.size for o, n in ranges):
-                return None  # the request gives the error
-            total += sum(n for _, n in ranges)
-            spans = ranges
-        if total > MAX_COPY:
+            spans.append((i, True, e.offset, e.size, pos))
+            pos += e.size
+            continue
+        if any(o < 0 or n < 0 or o + n > e.size for o, n in ranges):
+            return None  # the request gives the error
+        if not spans or spans[-1][1]:  # the first ranges, or ranges after a whole value: aligned
+            pos = -(-pos // ALIGN) * ALIGN
+        for o, n in ranges:
+            spans.append((i, False, e.offset + o, n, pos))
+            pos += n
+        if pos > MAX_COPY:
             return None
-        copies = [memoryview(bytearray(arena[e.offset + o:e.offset + o + n])) for o, n in spans]
-        values.append(copies[0] if ranges is None else copies)
+    if pos > MAX_COPY:
+        return None
+    buf = memoryview(bytearray(pos))
+    values: list[Any] = [[] if ranges is not None else None for _, ranges in reads]
+    for i, whole, at, n, to in spans:
+        buf[to:to + n] = arena[at:at + n]
+        if whole:
+            values[i] = buf[to:to + n]
+        else:
+            values[i].append(buf[to:to + n])
     if not all(board.unchanged(name, e) for name, e in entries):
         return None
-    return Versioned(head.version, values), total
+    return Versioned(head.version, values), sum(n for *_, n, _ in spans)

@@ -57,6 +57,7 @@ def stats(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     s["connection"] = {"id": conn.id, "bytes_read": conn.bytes_read}
     s["process"] = _process_memory()
     s["arena_populated"] = w.arena.populated.is_set()  # every page pre-faulted (wire/shm.py)
+    s["board_held_bytes"] = w.board.held_bytes() if w.board is not None else 0
     info = w.router.info()
     if info is not None:
         s["cluster"] = info

@@ -8,7 +8,8 @@ call the worker's router (``router.py``) at fixed points instead.
 
 from __future__ import annotations
 
-from kilorl.store.server import admin, counters, reads, streams, versions, writes
+from kilorl.store.server import admin, counters, reads, staged, streams, versions, writes
 from kilorl.store.server.request import Handler
 
-HANDLERS: dict[str, Handler] = {**writes.OPS, **counters.OPS, **reads.OPS, **admin.OPS, **versions.OPS, **streams.OPS}
+HANDLERS: dict[str, Handler] = {**writes.OPS, **counters.OPS, **reads.OPS, **admin.OPS, **versions.OPS, **streams.OPS,
+                               **staged.OPS}

@@ -285,6 +285,8 @@ class Worker:
 
     def _close_connection(self, conn: Connection) -> None:
         self.connections.pop(conn.id, None)
+        if self.board is not None:  # first: its slots may name its staged regions, released below
+            self.board.unclaim(conn.id)
         regions = list(conn.leases.values()) + list(conn.allocs.values())
         conn.leases.clear()
         conn.allocs.clear()
@@ -297,6 +299,8 @@ class Worker:
         while not self._stop.wait(0.25):
             try:
                 self.keyspace.sweep()
+                if self.board is not None:
+                    self.board.sweep()
             except Exception:
                 log.exception("housekeeping failed")
 

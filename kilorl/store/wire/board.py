@@ -113,6 +113,20 @@ class _Board:
                 return at
         return None
 
+    def slot_state(self, at: int) -> tuple[int, int, int]:
+        """``(seq, version, offset)`` of the slot at byte ``at`` now."""
+        seq, _, version, offset, *_ = _SLOT.unpack_from(self.view, at)
+        return seq, version, offset
+
+    def write(self, at: int, seq: int, version: int, offset: int, size: int, flags: int) -> None:
+        name_len = struct.unpack_from("<I", self.view, at + 4)[0]
+        struct.pack_into("<I", self.view, at, (seq + 1) & 0xFFFFFFFF)  # odd: being rewritten
+        _SLOT.pack_into(self.view, at, (seq + 1) & 0xFFFFFFFF, name_len, version, offset, size, flags, 0)
+        struct.pack_into("<I", self.view, at, (seq + 2) & 0xFFFFFFFF)
+        self._gen.value = (self._gen.value + 1) & 0xFFFFFFFF
+        _syscall()(_SYS_FUTEX, ctypes.c_void_p(self._gen_addr), _FUTEX_WAKE_BITSET, 0x7FFFFFFF, None, None,
+                   _bit(at))
+
 
 class BoardWriter(_Board):
     """The worker's side; every method is called under the object table's lock."""
@@ -153,7 +167,7 @@ class BoardWriter(_Board):
         seq, _, old, *_ = _SLOT.unpack_from(self.view, at)
         if old >= version:
             return True
-        self._write(at, seq, version, offset, size, flags)
+        self.write(at, seq, version, offset, size, flags)
         self.names[name] = (key, offset)
         return True
 
@@ -165,7 +179,18 @@ class BoardWriter(_Board):
         del self.names[name]
         at = self._slot(name, claim=False)
         if at is not None:
-            self._write(at, _SLOT.unpack_from(self.view, at)[0], -1, 0, 0, 0)
+            self.write(at, _SLOT.unpack_from(self.view, at)[0], -1, 0, 0, 0)
+
+    def slot(self, name: str) -> int | None:
+        """The byte position of the slot of ``name``, claimed now if it has none (None: no room)."""
+        return self._slot(name, claim=True)
+
+    def clear(self, name: str) -> None:
+        """The slot of ``name`` says "none", whatever it named (its own client is gone)."""
+        self.names.pop(name, None)
+        at = self._slot(name, claim=False)
+        if at is not None:
+            self.write(at, self.slot_state(at)[0], -1, 0, 0, 0)
 
     def _claim(self, raw: bytes) -> int | None:
         for probe in range(PROBES):
@@ -176,18 +201,46 @@ class BoardWriter(_Board):
                 return at
         return None
 
-    def _write(self, at: int, seq: int, version: int, offset: int, size: int, flags: int) -> None:
-        name_len = struct.unpack_from("<I", self.view, at + 4)[0]
-        struct.pack_into("<I", self.view, at, (seq + 1) & 0xFFFFFFFF)  # odd: being rewritten
-        _SLOT.pack_into(self.view, at, (seq + 1) & 0xFFFFFFFF, name_len, version, offset, size, flags, 0)
-        struct.pack_into("<I", self.view, at, (seq + 2) & 0xFFFFFFFF)
-        self._gen.value = (self._gen.value + 1) & 0xFFFFFFFF
-        _syscall()(_SYS_FUTEX, ctypes.c_void_p(self._gen_addr), _FUTEX_WAKE_BITSET, 0x7FFFFFFF, None, None,
-                   _bit(at))
-
     def close(self) -> None:
         del self._gen
         self.arena.close()
+
+
+class ClientSlots(_Board):
+    """A client's side of the slots the worker let it write (``WorkerBoard.claim``): the client
+    names its own versions, with the worker's seqlock protocol; the worker no longer writes them."""
+
+    def __init__(self, arena: Arena):
+        super().__init__(arena)
+        self._slots: dict[str, int] = {}
+
+    def find(self, name: str) -> bool:
+        at = self._slots.get(name)
+        if at is None:
+            at = self._find(name.encode())
+            if at is None:
+                return False
+            self._slots[name] = at
+        return True
+
+    def name(self, name: str, version: int, offset: int, size: int, flags: int) -> None:
+        """``version`` of ``name`` (bytes at ``offset``) is the newest; a slot already naming a
+        newer one is left as it is."""
+        at = self._slots[name]
+        seq, old, _ = self.slot_state(at)
+        if old < version:
+            self.write(at, seq, version, offset, size, flags)
+
+    def close(self) -> None:
+        if hasattr(self, "_gen"):
+            del self._gen  # the mapping is the client's board reader's, closed with it
+
+    def withdraw(self, name: str, version: int) -> None:
+        """The slot of ``name`` says "none" if it still names ``version`` (a refused publish)."""
+        at = self._slots[name]
+        seq, old, _ = self.slot_state(at)
+        if old == version:
+            self.write(at, seq, -1, 0, 0, 0)
 
 
 class BoardReader(_Board):
