@@ -125,6 +125,26 @@ def test_a_small_version_is_copied_from_the_board_without_a_request(store_worker
         store.client.close()
 
 
+def test_a_board_read_gives_every_tensor_as_a_view_of_one_copy_even_one_a_shard_cut_splits(store_worker):
+    """The board read lays the shards' ranges end to end in one aligned buffer, so a tensor cut
+    between two shards is a view there too, not a second copy; bfloat16 (no numpy type) as well."""
+    store = StoreParameterStore(store_worker.client, num_shards=2)
+    try:
+        store.publish("policy", 1, params(1))  # 77 KB of pi.w: the cut (near 39 KB) lies inside it
+        assert store.layout("policy")[1].bounds[1] < params(1)["pi.w"].nbytes
+        store.fetch("policy", share=True)  # plans the read
+        before = store.client.board_reads
+        _, got = store.fetch("policy", share=True)
+        assert store.client.board_reads == before + 1
+        starts = sorted(t.data_ptr() for t in got.values())
+        total = sum(t.nbytes for t in got.values())
+        assert starts[-1] - starts[0] < total  # all inside one buffer of the read's size
+        for k, t in params(1).items():
+            assert torch.equal(got[k], t) and got[k].dtype == t.dtype and got[k].data_ptr() % t.element_size() == 0
+    finally:
+        store.client.close()
+
+
 def test_wait_blocks_until_a_newer_version_is_published(store, store_worker):
     store.publish("policy", 1, params(1))
     got: list[int] = []
