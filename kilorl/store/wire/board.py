@@ -15,6 +15,9 @@ Why it exists (measured, ``benchmarks/param_sync_bench.py``, 10K-parameter polic
 2 cores): over the socket a wake-up is a reply built by one worker thread per reader, under
 the worker's one GIL, and a 40 KB read costs 0.36 ms in one process against a 0.09 ms ping.
 
+A slot has exactly one writer: the worker, or a client on the host the worker lent it to
+(``ClientSlots``: a publisher naming its own versions, ``kilorl.store.server.board``).
+
 Only for small reads (copies; large versions keep the leased zero-copy path) and only on
 Linux x86-64, where the futex call is known and the CPU keeps loads in order (TSO), which
 the seqlock relies on: Python has no memory fences. Elsewhere the worker offers no board and
