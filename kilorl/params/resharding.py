@@ -98,6 +98,9 @@ class ReadPlan:
         self._bounds = writer.bounds
         self.requests: list[RangeRequest] = []
         self._spans: list[_Span] = []
+        self._one_view: list[tuple[str, int, int, np.dtype, tuple[int, ...], int]] | None = None
+        """Per piece (name, flat start, bytes, numpy dtype, shape, item size), when every
+        piece can be a view of one buffer (whole rows, numpy dtypes); [] when not."""
         for start, end in self._merge(_runs(pieces), max_gap):
             first = len(self.requests)
             self.requests.extend(_split_at_bounds(writer.bounds, start, end))
@@ -162,6 +165,10 @@ class ReadPlan:
                       key=lambda x: x[0])
         if share and out is None:
             segs = _join_adjacent(segs)
+            if len(segs) == 1 and segs[0][1].flags.writeable:  # a board read: one private copy
+                views = self._views_of_one(*segs[0])
+                if views is not None:
+                    return views
         starts = [o for o, _ in segs]
         views = [v for _, v in segs]
         addrs = [v.__array_interface__["data"][0] for v in views] if share and out is None else []
@@ -171,6 +178,31 @@ class ReadPlan:
             tensors[p.name] = view if view is not None else self._tensor(
                 p, starts, views, None if out is None else out.get(p.name))
         return tensors
+
+    def _views_of_one(self, start: int, seg: np.ndarray) -> dict[str, torch.Tensor] | None:
+        """Every piece as a view of ``seg`` (flat bytes from ``start``), or None when one cannot
+        be: the common case of a board read, with the per-piece work worked out once."""
+        import torch
+
+        if self._one_view is None:
+            recipe = []
+            for p in self.pieces:
+                np_dtype = _numpy_dtype(p.dtype)
+                if p.outer != 1 or not p.run_len or np_dtype is None:
+                    recipe = []
+                    break
+                recipe.append((p.name, p.start, p.run_len, np_dtype, p.shape, np_dtype.itemsize))
+            self._one_view = recipe
+        if not self._one_view:
+            return None
+        addr, end = seg.__array_interface__["data"][0], start + seg.size
+        out = {}
+        for name, p_start, n, np_dtype, shape, item in self._one_view:
+            off = p_start - start
+            if off < 0 or p_start + n > end or (addr + off) % item:
+                return None
+            out[name] = torch.from_numpy(seg[off:off + n].view(np_dtype).reshape(shape))
+        return out
 
     @staticmethod
     def _view(p: _Piece, starts: list[int], views: list[np.ndarray], addrs: list[int]) -> torch.Tensor | None:
@@ -244,21 +276,25 @@ def _numpy_dtype(name: str) -> np.dtype | None:
 def _join_adjacent(segs: list[tuple[int, np.ndarray]]) -> list[tuple[int, np.ndarray]]:
     """Segments that follow each other in the flat vector *and* in one buffer (a board read
     copies every range into one) as one segment, so a tensor cut between them is a view."""
-    out = [segs[0]] if segs else []
+    if len(segs) < 2:
+        return segs
+    out = [segs[0]]
+    prev_root, prev_addr = _root(segs[0][1]), segs[0][1].__array_interface__["data"][0]
     for start, view in segs[1:]:
+        root, addr = _root(view), view.__array_interface__["data"][0]
         prev_start, prev = out[-1]
-        if (prev_start + prev.size == start and prev.base is not None and view.base is not None
-                and _root(prev) is _root(view)
-                and prev.__array_interface__["data"][0] + prev.size == view.__array_interface__["data"][0]):
-            root = np.frombuffer(_root(prev), dtype=np.uint8)
-            at = prev.__array_interface__["data"][0] - root.__array_interface__["data"][0]
-            out[-1] = (prev_start, root[at:at + prev.size + view.size])
+        if prev_start + prev.size == start and root is not None and root is prev_root and prev_addr + prev.size == addr:
+            whole = np.frombuffer(root, dtype=np.uint8)
+            at = prev_addr - whole.__array_interface__["data"][0]
+            out[-1] = (prev_start, whole[at:at + prev.size + view.size])
         else:
             out.append((start, view))
+            prev_addr = addr
+        prev_root = root
     return out
 
 
-def _root(view: np.ndarray) -> object:
+def _root(view: np.ndarray) -> object | None:
     """The object that owns a frombuffer view's memory (a memoryview's exporter)."""
     base = view.base
     return base.obj if isinstance(base, memoryview) else base

@@ -70,6 +70,28 @@ def test_every_reader_layout_equals_the_slice_of_the_original(data):
     assert plan.bytes_requested == plan.bytes_needed  # max_gap=0 reads nothing extra
 
 
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_shared_reads_of_ranges_laid_end_to_end_in_one_buffer_equal_the_slices(data):
+    # What a board read hands the reader: every range in one private buffer, end to end from
+    # an aligned start. Shared, each slice is a view of that buffer where it can be one.
+    params = data.draw(parameters())
+    writer = FlatLayout.of(params, num_shards=data.draw(st.integers(1, 6)))
+    reader = data.draw(reader_layouts(params))
+    plan = plan_read(writer, reader)
+    shards = [bytes(s) for s in pack(params, writer)]
+    buf = memoryview(bytearray(64 + plan.bytes_requested))
+    segments, at = [], 64
+    for r in plan.requests:
+        buf[at:at + r.length] = shards[r.shard][r.offset:r.offset + r.length]
+        segments.append((writer.bounds[r.shard] + r.offset, buf[at:at + r.length]))
+        at += r.length
+    got = plan.assemble_segments(segments, share=True)
+    assert set(got) == set(reader)
+    for name, part in reader.items():
+        assert same_bytes(got[name], expected(params[name], part)), name
+
+
 @settings(max_examples=100, deadline=None)
 @given(data=st.data())
 def test_coalescing_gaps_reads_more_bytes_in_fewer_spans_with_equal_results(data):

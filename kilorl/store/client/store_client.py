@@ -63,6 +63,7 @@ class StoreClient:
         """The worker's version board (on its host): small versions read without a request."""
         self._board_pub: BoardPublisher | None = None
         """This connection's board-named publishes (``publish_many(..., on_board=True)``)."""
+        self._board_pub_lock = threading.Lock()  # one publisher per connection: one writer per slot
         self.board_reads = 0
         self.board_bytes_read = 0
         """Reads served from the board and their bytes (``stats()`` counts them with the connection's)."""
@@ -104,9 +105,7 @@ class StoreClient:
         if info.get("members"):
             self.members = list(info["members"])
         self.arena = None
-        if self._board_pub is not None:  # its claims and regions ended with the old connection
-            self._board_pub.close()
-            self._board_pub = None
+        self._board_pub = None  # its claims and regions ended with the old connection
         if self.board is not None:  # another thread may be reading it: mark it, the mapping goes with it
             self.board.stale = True
         self.board = None
@@ -445,9 +444,10 @@ class StoreClient:
         encoded = [serialization.encode(value) for _, value, _ in items]
         if not board_writes.eligible(items, encoded, mode):
             return None
-        pub = self._board_pub
-        if pub is None or pub.epoch != self._epoch:
-            pub = self._board_pub = BoardPublisher(ClientSlots(board.arena), arena, self._epoch)
+        with self._board_pub_lock:
+            pub = self._board_pub
+            if pub is None or pub.epoch != self._epoch:
+                pub = self._board_pub = BoardPublisher(ClientSlots(board.arena), arena, self._epoch)
         return pub.publish(self._pipeline, items, encoded)
 
     def latest_version(self, name: str) -> int | None:
