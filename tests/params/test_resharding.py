@@ -55,13 +55,18 @@ def expected(t: torch.Tensor, part) -> torch.Tensor:
     return torch.tensor_split(t, part.count, dim=part.dim)[part.index]
 
 
-@settings(max_examples=300, deadline=None)
-@given(data=st.data())
-def test_every_reader_layout_equals_the_slice_of_the_original(data):
+def draw_read(data):
+    """A random state dict, a writer layout of it, a reader layout and the reader's plan."""
     params = data.draw(parameters())
     writer = FlatLayout.of(params, num_shards=data.draw(st.integers(1, 6)))
     reader = data.draw(reader_layouts(params))
-    plan = plan_read(writer, reader)
+    return params, writer, reader, plan_read(writer, reader)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_every_reader_layout_equals_the_slice_of_the_original(data):
+    params, writer, reader, plan = draw_read(data)
     got = read_local(plan, pack(params, writer))
     assert set(got) == set(reader)
     for name, part in reader.items():
@@ -75,10 +80,7 @@ def test_every_reader_layout_equals_the_slice_of_the_original(data):
 def test_shared_reads_of_ranges_laid_end_to_end_in_one_buffer_equal_the_slices(data):
     # What a board read hands the reader: every range in one private buffer, end to end from
     # an aligned start. Shared, each slice is a view of that buffer where it can be one.
-    params = data.draw(parameters())
-    writer = FlatLayout.of(params, num_shards=data.draw(st.integers(1, 6)))
-    reader = data.draw(reader_layouts(params))
-    plan = plan_read(writer, reader)
+    params, writer, reader, plan = draw_read(data)
     shards = [bytes(s) for s in pack(params, writer)]
     buf = memoryview(bytearray(64 + plan.bytes_requested))
     segments, at = [], 64

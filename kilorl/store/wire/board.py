@@ -101,10 +101,21 @@ class _Board:
         self.view = arena.view
         self._gen = ctypes.c_uint32.from_buffer(arena.mm, 8)  # the futex word
         self._gen_addr = ctypes.addressof(self._gen)
+        self._slots: dict[str, int] = {}
+        """name -> its slot's byte position (a claimed slot keeps its name for good)."""
 
     @property
     def generation(self) -> int:
         return self._gen.value
+
+    def _located(self, name: str) -> int | None:
+        """The slot position of ``name``, looked up once (None while it has no slot)."""
+        at = self._slots.get(name)
+        if at is None:
+            at = self._find(name.encode())
+            if at is not None:
+                self._slots[name] = at
+        return at
 
     def _find(self, name: bytes) -> int | None:
         for probe in range(PROBES):
@@ -145,18 +156,11 @@ class BoardWriter(_Board):
         super().__init__(arena)
         self.names: dict[str, tuple[str, int]] = {}
         """name -> (hidden key, arena offset) of the version its slot names now."""
-        self._slots: dict[str, int] = {}
-        """name -> its slot's byte position (a claimed slot keeps its name for good)."""
 
     def _slot(self, name: str, claim: bool) -> int | None:
-        at = self._slots.get(name)
-        if at is None:
-            raw = name.encode()
-            if len(raw) > MAX_NAME:
-                return None
-            at = self._find(raw)
-            if at is None and claim:
-                at = self._claim(raw)
+        at = self._located(name)
+        if at is None and claim and len(raw := name.encode()) <= MAX_NAME:
+            at = self._claim(raw)
             if at is not None:
                 self._slots[name] = at
         return at
@@ -213,18 +217,9 @@ class ClientSlots(_Board):
     """A client's side of the slots the worker let it write (``WorkerBoard.claim``): the client
     names its own versions, with the worker's seqlock protocol; the worker no longer writes them."""
 
-    def __init__(self, arena: Arena):
-        super().__init__(arena)
-        self._slots: dict[str, int] = {}
-
     def find(self, name: str) -> bool:
-        at = self._slots.get(name)
-        if at is None:
-            at = self._find(name.encode())
-            if at is None:
-                return False
-            self._slots[name] = at
-        return True
+        """Whether ``name`` has a slot (the worker made it when it lent it)."""
+        return self._located(name) is not None
 
     def name(self, name: str, version: int, offset: int, size: int, flags: int) -> None:
         """``version`` of ``name`` (bytes at ``offset``) is the newest; a slot already naming a
@@ -261,19 +256,15 @@ class BoardReader(_Board):
 
     def __init__(self, arena: Arena):
         super().__init__(arena)
-        self._slots: dict[str, int] = {}
         self.stale = False
         """Set when the client moved to another connection: this board may be a dead
         worker's, so no read is served from it (its mapping stays valid while in use)."""
 
     def entry(self, name: str) -> Entry | None:
         """The slot of ``name`` now (None: no slot, or one being rewritten)."""
-        at = self._slots.get(name)
+        at = self._located(name)
         if at is None:
-            at = self._find(name.encode())
-            if at is None:
-                return None
-            self._slots[name] = at
+            return None
         seq, _, version, offset, size, flags, _ = _SLOT.unpack_from(self.view, at)
         return None if seq & 1 else Entry(seq, version, offset, size, flags)
 
