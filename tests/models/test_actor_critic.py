@@ -42,3 +42,20 @@ def test_shared_backbone_shares_parameters():
     separate = build_actor_critic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), ModelConfig())
     count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     assert count(shared) < count(separate)
+
+
+def test_discrete_sampling_draws_each_action_at_its_probability():
+    model = build_actor_critic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(3), ModelConfig())
+    with torch.no_grad():
+        model.policy_head.weight.zero_()
+        model.policy_head.bias.copy_(torch.tensor([0.0, 1.0, -1.0]))  # the same logits for every observation
+    torch.manual_seed(0)
+    n = 60_000
+    actions, logp, _ = model.act(torch.randn(n, 4))
+    freq = np.bincount(actions.numpy(), minlength=3) / n
+    probs = torch.softmax(torch.tensor([0.0, 1.0, -1.0]), -1).numpy()
+    # 5 standard errors of a binomial frequency: a biased sampler (e.g. argmax, or uniform) is far outside.
+    assert np.all(np.abs(freq - probs) < 5 * np.sqrt(probs * (1 - probs) / n)), (freq, probs)
+    assert torch.allclose(logp, torch.log(torch.from_numpy(probs))[actions], atol=1e-6)
+    greedy, _, _ = model.act(torch.randn(8, 4), deterministic=True)
+    assert greedy.tolist() == [1] * 8

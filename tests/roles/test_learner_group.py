@@ -57,11 +57,12 @@ def _trained_weights(cfg, batches, world: int) -> list[dict[str, np.ndarray]]:
     return [{k: v.numpy() for k, v in s["model"].items()} for s in [initial, *states]]
 
 
-@pytest.mark.parametrize(("algo", "micro"), [("ppo", 1), ("ppo", 4), ("a2c", 1), ("a2c", 4)])
-def test_one_and_two_learners_on_the_same_rollouts_end_with_equal_parameters(ray_local, algo, micro):
+@pytest.mark.parametrize(("algo", "micro", "minibatches"),
+                         [("ppo", 1, 2), ("ppo", 4, 2), ("ppo", 4, 1), ("a2c", 1, None), ("a2c", 4, None)])
+def test_one_and_two_learners_on_the_same_rollouts_end_with_equal_parameters(ray_local, algo, micro, minibatches):
     fields = {"name": algo, "rollout_length": 32}
-    if algo == "ppo":
-        fields |= {"num_minibatches": 2, "update_epochs": 2}
+    if algo == "ppo":  # one minibatch: each rank's whole shard, in order (``minibatches``)
+        fields |= {"num_minibatches": minibatches, "update_epochs": 2}
     sections = {"algo": fields, "train": {"gradient_accumulation_steps": micro, "total_env_steps": 4096},
                 "env": {"normalize_obs": True}}
     # three updates, two actors' rollouts each (with observation moments, so the normalizer is merged too)

@@ -20,7 +20,11 @@ if TYPE_CHECKING:
 _STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 
 
-def minibatches(T: int, N: int, envs_per_actor: int, num_minibatches: int, device: torch.device) -> list[torch.Tensor]:
+Minibatch = torch.Tensor | slice
+"""Rows of the flat ``[T * N]`` batch: an index tensor, or a slice for the whole batch."""
+
+
+def minibatches(T: int, N: int, envs_per_actor: int, num_minibatches: int, device: torch.device) -> list[Minibatch]:
     """One epoch's minibatches: index sets into the flat ``[T * N]`` batch.
 
     Drawn over (time step, env within an actor) positions, a minibatch takes its positions
@@ -28,7 +32,13 @@ def minibatches(T: int, N: int, envs_per_actor: int, num_minibatches: int, devic
     actors draws the same positions (same seed), so the ranks' minibatches together are
     the one learner's minibatch: 1 and K learners take the same steps. With one block (one
     actor) this is a plain random permutation of the batch.
+
+    One minibatch is the whole batch, and its loss (a mean) does not depend on the order of
+    its rows: it is ``slice(0, T * N)``, a view, with no permutation drawn and no rows
+    gathered (measured: 7% of a CartPole update's epoch).
     """
+    if num_minibatches == 1:
+        return [slice(0, T * N)]
     block = envs_per_actor if envs_per_actor > 0 and N % envs_per_actor == 0 else N
     positions = T * block
     perm = torch.randperm(positions, device=device)
@@ -36,6 +46,19 @@ def minibatches(T: int, N: int, envs_per_actor: int, num_minibatches: int, devic
     blocks = torch.arange(0, N, block, device=device)
     per = max(1, positions // num_minibatches)
     return [(base[s : s + per, None] + blocks[None, :]).reshape(-1) for s in range(0, positions, per)]
+
+
+def micro_batches(idx: Minibatch, parts: int) -> list[Minibatch]:
+    """``idx`` in ``parts`` consecutive pieces, sized as ``torch.chunk`` sizes them."""
+    if isinstance(idx, torch.Tensor):
+        return list(idx.chunk(parts))
+    size = idx.stop - idx.start
+    step = -(-size // parts)
+    return [slice(s, min(s + step, idx.stop)) for s in range(idx.start, idx.stop, step)]
+
+
+def rows(idx: Minibatch) -> int:
+    return len(idx) if isinstance(idx, torch.Tensor) else idx.stop - idx.start
 
 
 class PPOLearner(ActorCriticLearner):
@@ -81,13 +104,13 @@ class PPOLearner(ActorCriticLearner):
                    explained_variance=explained_variance(ret, steps[keys.VALUES]), kl_early_stop=stopped_early)
         return out
 
-    def _minibatch(self, idx: torch.Tensor, obs: torch.Tensor, actions: torch.Tensor, old_logp: torch.Tensor,
+    def _minibatch(self, idx: Minibatch, obs: torch.Tensor, actions: torch.Tensor, old_logp: torch.Tensor,
                    old_values: torch.Tensor, advantages: torch.Tensor, returns: torch.Tensor,
                    stats: dict[str, list[torch.Tensor]], epoch_kl: list[torch.Tensor]) -> None:
         """Forward/backward of one minibatch in ``gradient_accumulation_steps`` micro-batches."""
         ac, algo = self.ac, self.algo
         micro = max(1, self.cfg.train.gradient_accumulation_steps)
-        parts = idx.chunk(micro)
+        parts = micro_batches(idx, micro)
         # Whole-minibatch advantage statistics (over every rank's share of it): micro-batching
         # and the number of learners change memory use and communication, not the maths.
         norm = ac.normalized(advantages[idx]) if algo.norm_adv else advantages[idx]
@@ -99,13 +122,13 @@ class PPOLearner(ActorCriticLearner):
                 with ac.autocast():
                     new_logp, entropy, new_values = ac.module.evaluate_actions(obs[part], actions[part])
                 loss = ppo_loss(
-                    new_logp, old_logp[part], norm[offset : offset + len(part)], new_values, old_values[part],
+                    new_logp, old_logp[part], norm[offset : offset + rows(part)], new_values, old_values[part],
                     returns[part], entropy,
                     clip_coef=algo.clip_coef, vf_coef=algo.vf_coef, ent_coef=algo.ent_coef,
                     clip_vloss=algo.clip_vloss, norm_adv=False,
                 )
-                (loss.total * (len(part) / len(idx))).backward()  # a part's share of the minibatch mean
-            offset += len(part)
+                (loss.total * (rows(part) / rows(idx))).backward()  # a part's share of the minibatch mean
+            offset += rows(part)
             for k, v in zip(_STATS, (loss.policy, loss.value, loss.entropy, loss.approx_kl, loss.clip_fraction)):
                 stats[k].append(v.detach())
             epoch_kl.append(loss.approx_kl)
