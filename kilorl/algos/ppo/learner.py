@@ -33,9 +33,9 @@ def minibatches(T: int, N: int, envs_per_actor: int, num_minibatches: int, devic
     the one learner's minibatch: 1 and K learners take the same steps. With one block (one
     actor) this is a plain random permutation of the batch.
 
-    One minibatch is the whole batch, and its loss (a mean) does not depend on the order of
-    its rows: it is ``slice(0, T * N)``, a view, with no permutation drawn and no rows
-    gathered (measured: 7% of a CartPole update's epoch).
+    With ``num_minibatches == 1`` the one minibatch is the whole batch, and its loss (a mean)
+    does not depend on the order of its rows: it is ``slice(0, T * N)``, a view, with no
+    permutation drawn and no rows gathered (about 7% of a CartPole update's epoch).
     """
     if num_minibatches == 1:
         return [slice(0, T * N)]
