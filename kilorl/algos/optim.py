@@ -19,13 +19,24 @@ from typing import Any
 import torch
 from torch.optim.adam import adam as adam_kernel
 
+from kilorl.algos.flat_params import FlatParameters
+
 
 class FunctionalAdam:
-    """Adam (no weight decay, no AMSGrad) over one parameter group; ``param_groups[0]['lr']`` is live."""
+    """Adam (no weight decay, no AMSGrad) over one parameter group; ``param_groups[0]['lr']`` is live.
+
+    With ``flat`` (the parameters' ``FlatParameters``) one kernel call steps them all, and
+    every parameter is stepped every time (its gradient is a view, zero when unused): meant
+    for models whose every parameter is in the loss, as an actor-critic's are.
+    """
 
     def __init__(self, params: list[torch.nn.Parameter], lr: float, eps: float = 1e-8,
-                 betas: tuple[float, float] = (0.9, 0.999), fused: bool | None = None) -> None:
+                 betas: tuple[float, float] = (0.9, 0.999), fused: bool | None = None,
+                 flat: FlatParameters | None = None) -> None:
         self.params = list(params)
+        self.flat = flat
+        if flat is not None and [id(p) for p in flat.params] != [id(p) for p in self.params]:
+            raise ValueError("flat parameters must be the optimizer's parameters, in order")
         self.fused = _fused_supported(self.params) if fused is None else fused
         self.param_groups: list[dict[str, Any]] = [{
             "lr": lr, "betas": betas, "eps": eps, "weight_decay": 0.0, "amsgrad": False, "maximize": False,
@@ -33,15 +44,24 @@ class FunctionalAdam:
             "fused": self.fused or None, "decoupled_weight_decay": False,
             "params": list(range(len(self.params))),
         }]
-        self.exp_avg = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
-        self.exp_avg_sq = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
-        self.steps = [self._step_tensor(p, 0.0) for p in self.params]
+        if flat is None:
+            self.exp_avg = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
+            self.exp_avg_sq = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
+            self.steps = [self._step_tensor(p, 0.0) for p in self.params]
+        else:
+            self._flat_moments = (torch.zeros_like(flat.data), torch.zeros_like(flat.data))
+            self.exp_avg, self.exp_avg_sq = (flat.views(m) for m in self._flat_moments)
+            self.steps = [self._step_tensor(self.params[0], 0.0)] * len(self.params)  # one shared counter
 
     def _step_tensor(self, p: torch.Tensor, value: float) -> torch.Tensor:
         # torch.optim.Adam keeps the step on the parameter's device for the fused kernel, on CPU otherwise
         return torch.tensor(value, dtype=torch.float32, device=p.device if self.fused else "cpu")
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        """``set_to_none`` is ignored with flat parameters: their gradients are views, zeroed."""
+        if self.flat is not None:
+            self.flat.zero_grad()
+            return
         for p in self.params:
             if p.grad is None:
                 continue
@@ -53,13 +73,19 @@ class FunctionalAdam:
     @torch.no_grad()
     def step(self) -> None:
         group = self.param_groups[0]
-        live = [i for i, p in enumerate(self.params) if p.grad is not None]
-        if not live:
-            return
+        if self.flat is not None:
+            params, grads = [self.flat.data], [self.flat.grad]
+            exp_avg, exp_avg_sq, steps = [self._flat_moments[0]], [self._flat_moments[1]], [self.steps[0]]
+        else:
+            live = [i for i, p in enumerate(self.params) if p.grad is not None]
+            if not live:
+                return
+            params, grads = [self.params[i] for i in live], [self.params[i].grad for i in live]
+            exp_avg, exp_avg_sq = [self.exp_avg[i] for i in live], [self.exp_avg_sq[i] for i in live]
+            steps = [self.steps[i] for i in live]
         beta1, beta2 = group["betas"]
         adam_kernel(
-            [self.params[i] for i in live], [self.params[i].grad for i in live],
-            [self.exp_avg[i] for i in live], [self.exp_avg_sq[i] for i in live], [], [self.steps[i] for i in live],
+            params, grads, exp_avg, exp_avg_sq, [], steps,
             foreach=None if self.fused else True, fused=self.fused or None, capturable=False, differentiable=False,
             has_complex=False, amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"], weight_decay=0.0,
             eps=group["eps"], maximize=False,
@@ -79,13 +105,21 @@ class FunctionalAdam:
                              f"{sum(len(g['params']) for g in groups)} parameter(s); this model has 1 and {len(self.params)}")
         group = groups[0]
         self.param_groups[0].update(lr=group["lr"], betas=tuple(group["betas"]), eps=group["eps"])
+        saved_steps = []
         for i, p in enumerate(self.params):
             saved = state_dict["state"].get(i, state_dict["state"].get(str(i)))
             if saved is None:
                 continue
-            self.exp_avg[i] = saved["exp_avg"].to(p.device, p.dtype).clone()
-            self.exp_avg_sq[i] = saved["exp_avg_sq"].to(p.device, p.dtype).clone()
-            self.steps[i] = self._step_tensor(p, float(saved["step"]))
+            if self.flat is not None:  # into the flat moments' views
+                self.exp_avg[i].copy_(saved["exp_avg"])
+                self.exp_avg_sq[i].copy_(saved["exp_avg_sq"])
+            else:
+                self.exp_avg[i] = saved["exp_avg"].to(p.device, p.dtype).clone()
+                self.exp_avg_sq[i] = saved["exp_avg_sq"].to(p.device, p.dtype).clone()
+                self.steps[i] = self._step_tensor(p, float(saved["step"]))
+            saved_steps.append(float(saved["step"]))
+        if self.flat is not None and saved_steps:  # one counter: every parameter was stepped together
+            self.steps[0].fill_(max(saved_steps))
 
 
 def _fused_supported(params: list[torch.Tensor]) -> bool:

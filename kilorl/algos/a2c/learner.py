@@ -14,6 +14,7 @@ import torch
 
 from kilorl.algos import keys
 from kilorl.algos.actor_critic import ActorCriticLearner, ActorCriticState, adam, explained_variance
+from kilorl.algos.flat_params import FlatParameters
 from kilorl.algos.gae import compute_gae
 from kilorl.core import GradientSync, Rollout
 
@@ -21,8 +22,9 @@ if TYPE_CHECKING:
     from kilorl.config import Config
 
 
-def rmsprop(params: list[torch.nn.Parameter], lr: float) -> torch.optim.Optimizer:
-    """RMSprop as the A2C paper and SB3 configure it (alpha 0.99, eps 1e-5)."""
+def rmsprop(params: list[torch.nn.Parameter], lr: float, flat: FlatParameters | None = None) -> torch.optim.Optimizer:
+    """RMSprop as the A2C paper and SB3 configure it (alpha 0.99, eps 1e-5); it steps the
+    parameters one by one (``flat``, if any, keeps their gradients gathered for clipping)."""
     return torch.optim.RMSprop(params, lr=lr, alpha=0.99, eps=1e-5)
 
 
