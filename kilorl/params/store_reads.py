@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from kilorl.params.layout import FlatLayout, Full, ReaderLayout
 from kilorl.params.resharding import ReadPlan, plan_read
+from kilorl.store.errors import InvalidRequest
 
 if TYPE_CHECKING:
     import torch
@@ -47,6 +48,9 @@ class CachedPlan:
     plan: ReadPlan
     batches: list[list[tuple[int, list[tuple[int, int]]]]] = field(default_factory=list)
     """Per request: ``(shard, ranges)`` pairs, at most ``MAX_RANGES`` ranges in all."""
+    _reads: dict[tuple[str, int, bool], list[tuple[str, list[tuple[int, int]] | None]]] = field(
+        default_factory=dict, repr=False, compare=False)
+    """``reads`` worked out once per name and request (every wait of a reader asks again)."""
 
     @classmethod
     def make(cls, record: bytes, reader: ReaderLayout | None, max_gap: int) -> CachedPlan:
@@ -66,9 +70,14 @@ class CachedPlan:
 
     def reads(self, name: str, batch: int, record: bool = True) -> list[tuple[str, list[tuple[int, int]] | None]]:
         """The ``get_versions`` reads of request ``batch``; with ``record`` the commit record
-        first (the anchor; a request at a known version needs none)."""
-        shards = [(shard_key(name, k), r) for k, r in self.batches[batch]]
-        return [(layout_key(name), None), *shards] if record or not shards else shards
+        first (the anchor; a request at a known version needs none). Callers must not change it."""
+        got = self._reads.get((name, batch, record))
+        if got is None:
+            shards = [(shard_key(name, k), r) for k, r in self.batches[batch]]
+            got = [(layout_key(name), None), *shards] if record or not shards else shards
+            if len(self._reads) < 64:
+                self._reads[(name, batch, record)] = got
+        return got
 
     def segments(self, batch: int, values: Sequence[Any], record: bool = True) -> list[tuple[int, Any]]:
         """``(flat_offset, buffer)`` of every range a request of ``batch`` returned."""
@@ -105,11 +114,10 @@ class VersionReads:
         self.max_gap = max_gap
 
     def read(self, name: str, reader: ReaderLayout | None, version: int | None, min_version: int | None = None,
-             timeout: float | None = None) -> tuple[int, CachedPlan, list[tuple[int, Any]]]:
-        """``(version, plan, segments)``: the reader's bytes of one consistent version."""
-        from kilorl.store import InvalidRequest
-
-        key = (name, plan_key(reader))
+             timeout: float | None = None, key: tuple | None = None) -> tuple[int, CachedPlan, list[tuple[int, Any]]]:
+        """``(version, plan, segments)``: the reader's bytes of one consistent version
+        (``key``: ``plan_key(reader)``, when the caller has it)."""
+        key = (name, plan_key(reader) if key is None else key)
         cached = self.plans.get(key)
         if cached is not None:
             try:
@@ -148,9 +156,11 @@ def assemble(cached: CachedPlan, segments: list[tuple[int, Any]],
              out: Mapping[str, torch.Tensor] | None, share: bool = False) -> dict[str, torch.Tensor]:
     """The reader's tensors (copied once, from the store's buffers, into ``out`` when given;
     with ``share``, views of the buffers where a tensor lies whole in one)."""
+    if out is None:  # new tensors and views of the buffers: nothing autograd could record
+        return cached.plan.assemble_segments(segments, None, share)
     import torch
 
-    with torch.no_grad():
+    with torch.no_grad():  # ``out`` may hold parameters
         return cached.plan.assemble_segments(segments, out, share)
 
 
@@ -158,4 +168,8 @@ def reader_layout(layout: ReaderLayout | Sequence[str] | None) -> ReaderLayout |
     """A reader layout from a layout, a list of tensor names (each whole) or None (everything)."""
     if layout is None or isinstance(layout, Mapping):
         return layout
-    return {k: Full() for k in layout}
+    return {k: _FULL for k in layout}
+
+
+_FULL = Full()
+"""One instance for every whole tensor: plan keys then compare by identity, not ``__eq__``."""

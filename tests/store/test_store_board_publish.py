@@ -81,6 +81,29 @@ def test_readers_racing_a_fast_publisher_only_ever_see_whole_versions(workers):
     writer.close()
 
 
+def test_a_reader_waiting_for_a_part_that_is_not_the_anchor_is_woken_by_the_publish(worker, monkeypatch):
+    # A publish names every part, then wakes all their waiters in one call. The board's fallback
+    # poll and the read's timeout are both far longer than the join: only a wake-up ends the wait.
+    import kilorl.store.client.board_reads as board_reads
+
+    monkeypatch.setattr(board_reads, "CHECK_S", 300.0)
+    writer, reader = worker.client(), worker.client()
+    publish(writer, 1)
+    assert reader.get_versions([("pol/shard/0", None)], min_version=1, timeout=10).version == 1  # finds the slot
+    got: list = []
+    waiting = threading.Thread(target=lambda: got.append(
+        reader.get_versions([("pol/shard/0", None)], min_version=2, timeout=300)), daemon=True)
+    waiting.start()
+    wait_until(lambda: waiting.is_alive(), what="the reader waits")
+    publish(writer, 2)
+    waiting.join(20)
+    assert not waiting.is_alive() and got[0].version == 2
+    assert bytes(got[0].value[0]) == version_parts(2)[0]
+    assert reader.board_reads == 2  # both answered from the board, the second by its wake-up
+    writer.close()
+    reader.close()
+
+
 def test_the_worker_keeps_at_most_about_one_version_held_per_name_and_none_once_the_publisher_leaves(worker):
     writer, other = worker.client(), worker.client()
     for v in range(1, 50):

@@ -19,6 +19,16 @@ def payload_of(value) -> tuple[dict, bytearray]:
     return enc.meta, buf
 
 
+def test_a_list_of_byte_chunks_of_any_format_is_stored_as_their_bytes_end_to_end():
+    floats = np.arange(3, dtype=np.float32)
+    chunks = [memoryview(b"abc"), bytearray(b"de"), memoryview(floats), memoryview(b"0123456789")[2:5]]
+    meta, buf = payload_of(chunks)
+    assert meta == {"k": "bytes"}
+    assert bytes(buf) == b"abcde" + floats.tobytes() + b"234"
+    with pytest.raises(InvalidRequest, match=r"value\[1\]: a byte chunk must be contiguous"):
+        encode([b"ok", memoryview(b"abcdef")[::2]])
+
+
 def test_dict_entries_are_aligned_views():
     value = {"a": np.arange(3, dtype=np.int8), "b": torch.randn(5, 3), "c": b"xyz"}
     meta, buf = payload_of(value)

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from kilorl.store.client.types import Versioned
 from kilorl.store.errors import StoreError, StoreTimeout
 from kilorl.store.wire.board import AUTHORITATIVE, RAW, BoardReader, Entry
@@ -107,40 +109,53 @@ def _copy(board: BoardReader, arena: memoryview, reads: Reads, head: Entry) -> t
     Every copy lands in one buffer, in the order of ``reads``. The ranges lie end to end from
     an aligned start (``ALIGN``; a whole value before them ends padded), so a reader whose
     ranges follow each other in its layout gets them adjacent in memory too, and a tensor
-    that a shard cut split can still be one view (``kilorl.params.resharding``)."""
-    entries: list[tuple[str, Entry]] = []
+    that a shard cut split can still be one view (``kilorl.params.resharding``).
+
+    Raw slot tuples, not ``Entry`` objects, and an uninitialised buffer: this runs once per
+    version in every reader on the host, and its Python is most of a small read's cost."""
+    slots: list[tuple[int, int]] = []  # (slot position, seq) of every part, checked after the copy
     spans: list[tuple[int, bool, int, int, int]] = []  # (read index, whole value?, arena offset, length, at)
     pos = 0
+    version = head.version
     for i, (name, ranges) in enumerate(reads):
-        e = head if i == 0 else board.entry(name)
-        if e is None or e.seq & 1 or e.version != head.version:
-            return None
-        entries.append((name, e))
-        if ranges is None:
-            if not e.flags & RAW:
+        if i == 0:
+            at, seq, offset, size, flags = board.position(name), head.seq, head.offset, head.size, head.flags
+        else:
+            got = board.raw_entry(name)
+            if got is None:
                 return None
-            spans.append((i, True, e.offset, e.size, pos))
-            pos += e.size
+            at, seq, v, offset, size, flags = got
+            if seq & 1 or v != version:
+                return None
+        slots.append((at, seq))
+        if ranges is None:
+            if not flags & RAW:
+                return None
+            spans.append((i, True, offset, size, pos))
+            pos += size
             continue
-        if any(o < 0 or n < 0 or o + n > e.size for o, n in ranges):
-            return None  # the request gives the error
+        for o, n in ranges:
+            if o < 0 or n < 0 or o + n > size:
+                return None  # the request gives the error
         if not spans or spans[-1][1]:  # the first ranges, or ranges after a whole value: aligned
             pos = -(-pos // ALIGN) * ALIGN
         for o, n in ranges:
-            spans.append((i, False, e.offset + o, n, pos))
+            spans.append((i, False, offset + o, n, pos))
             pos += n
         if pos > MAX_COPY:
             return None
     if pos > MAX_COPY:
         return None
-    buf = memoryview(bytearray(pos))
+    buf = memoryview(np.empty(pos, np.uint8))  # every byte a span covers is written below
     values: list[Any] = [[] if ranges is not None else None for _, ranges in reads]
+    copied = 0
     for i, whole, at, n, to in spans:
         buf[to:to + n] = arena[at:at + n]
+        copied += n
         if whole:
             values[i] = buf[to:to + n]
         else:
             values[i].append(buf[to:to + n])
-    if not all(board.unchanged(name, e) for name, e in entries):
+    if not board.unchanged_at(slots):
         return None
-    return Versioned(head.version, values), sum(n for *_, n, _ in spans)
+    return Versioned(version, values), copied

@@ -70,9 +70,12 @@ class BoardPublisher:
             staged = [self.tickets.pop(name) for name in names]
             for enc, (_, offset, size) in zip(encoded, staged):
                 enc.write_into(self.arena.view[offset:offset + size])
+            bits = 0
             for (name, _, version), enc, (_, offset, size) in zip(items, encoded, staged):  # the anchor last
                 flags = (RAW if enc.meta.get("k") == "bytes" else 0) | (AUTHORITATIVE if self.authoritative else 0)
-                self.slots.name(name, version, offset, size, flags)
+                bits |= self.slots.name(name, version, offset, size, flags, wake=False)
+            if bits:  # one wake-up for all parts, once the anchor is named too
+                self.slots.wake_bits(bits)
             header = {"op": "publish_staged", "restage": True,
                       "items": [[name, version, enc.meta, t[0]] for (name, _, version), enc, t in zip(items, encoded, staged)]}
             reply = pipeline([(header, [])])[0]

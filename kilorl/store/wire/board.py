@@ -47,6 +47,7 @@ SLOTS = 1024
 PROBES = 64
 _SLOT = struct.Struct("<IIqQQII")
 """seq, name length, version (-1: none), offset, size, flags, reserved."""
+_SEQ = struct.Struct("<I")
 RAW = 1
 """The value is plain bytes (a whole read needs no decoding metadata)."""
 AUTHORITATIVE = 2
@@ -132,14 +133,20 @@ class _Board:
         seq, _, version, offset, *_ = _SLOT.unpack_from(self.view, at)
         return seq, version, offset
 
-    def write(self, at: int, seq: int, version: int, offset: int, size: int, flags: int) -> None:
+    def write(self, at: int, seq: int, version: int, offset: int, size: int, flags: int, wake: bool = True) -> None:
+        """Rewrites the slot at ``at`` under its seqlock; ``wake``: wake its bit's waiters now
+        (else the caller does, with ``wake_bits``, once several slots are written)."""
         name_len = struct.unpack_from("<I", self.view, at + 4)[0]
         struct.pack_into("<I", self.view, at, (seq + 1) & 0xFFFFFFFF)  # odd: being rewritten
         _SLOT.pack_into(self.view, at, (seq + 1) & 0xFFFFFFFF, name_len, version, offset, size, flags, 0)
         struct.pack_into("<I", self.view, at, (seq + 2) & 0xFFFFFFFF)
         self._gen.value = (self._gen.value + 1) & 0xFFFFFFFF
-        _syscall()(_SYS_FUTEX, ctypes.c_void_p(self._gen_addr), _FUTEX_WAKE_BITSET, 0x7FFFFFFF, None, None,
-                   _bit(at))
+        if wake:
+            self.wake_bits(_bit(at))
+
+    def wake_bits(self, bits: int) -> None:
+        """Wakes every waiter on any of ``bits`` (one system call for several slots)."""
+        _syscall()(_SYS_FUTEX, ctypes.c_void_p(self._gen_addr), _FUTEX_WAKE_BITSET, 0x7FFFFFFF, None, None, bits)
 
 
 class BoardWriter(_Board):
@@ -221,13 +228,16 @@ class ClientSlots(_Board):
         """Whether ``name`` has a slot (the worker made it when it lent it)."""
         return self._located(name) is not None
 
-    def name(self, name: str, version: int, offset: int, size: int, flags: int) -> None:
+    def name(self, name: str, version: int, offset: int, size: int, flags: int, wake: bool = True) -> int:
         """``version`` of ``name`` (bytes at ``offset``) is the newest; a slot already naming a
-        newer one is left as it is."""
+        newer one is left as it is. Returns the slot's wake bit (0: unchanged); with ``wake``
+        False the caller wakes it (``wake_bits``), e.g. once for every part of a publish."""
         at = self._slots[name]
         seq, old, _ = self.slot_state(at)
-        if old < version:
-            self.write(at, seq, version, offset, size, flags)
+        if old >= version:
+            return 0
+        self.write(at, seq, version, offset, size, flags, wake)
+        return _bit(at)
 
     def close(self) -> None:
         if hasattr(self, "_gen"):
@@ -270,6 +280,27 @@ class BoardReader(_Board):
 
     def unchanged(self, name: str, entry: Entry) -> bool:
         return struct.unpack_from("<I", self.view, self._slots[name])[0] == entry.seq
+
+    def position(self, name: str) -> int:
+        """The byte position of the slot of ``name`` (one ``entry`` found it)."""
+        return self._slots[name]
+
+    def raw_entry(self, name: str) -> tuple[int, int, int, int, int, int] | None:
+        """``(position, seq, version, offset, size, flags)`` of the slot of ``name`` now (None:
+        no slot): ``entry`` without the object, for the per-part checks of a copy."""
+        at = self._located(name)
+        if at is None:
+            return None
+        seq, _, version, offset, size, flags, _ = _SLOT.unpack_from(self.view, at)
+        return at, seq, version, offset, size, flags
+
+    def unchanged_at(self, slots: list[tuple[int, int]]) -> bool:
+        """Whether every ``(position, seq)`` slot still has that seq (no rewrite since)."""
+        view = self.view
+        for at, seq in slots:
+            if _SEQ.unpack_from(view, at)[0] != seq:
+                return False
+        return True
 
     def wait_change(self, name: str, generation: int, until: float) -> None:
         """Sleeps until the slot of ``name`` (or one sharing its wake bit) changes after

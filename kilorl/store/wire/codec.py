@@ -27,12 +27,13 @@ class Encoded:
     nbytes: int
 
     def write_into(self, target: memoryview) -> None:
-        """Copies the parts into ``target`` (one memcpy per part)."""
-        dst = np.frombuffer(target, dtype=np.uint8)
+        """Copies the parts into ``target`` (one memcpy per part; byte memoryviews both sides,
+        a third of the cost of numpy views of them for a small part)."""
+        dst = target.cast("B") if target.format != "B" or target.ndim != 1 else target
         for off, part in self.parts:
             n = part.nbytes
             if n:
-                dst[off:off + n] = np.frombuffer(part, dtype=np.uint8)
+                dst[off:off + n] = part if part.format == "B" and part.ndim == 1 else part.cast("B")
 
     def buffers(self) -> list[memoryview]:
         """The payload as a list of buffers for a socket send (padding included)."""
@@ -114,7 +115,12 @@ def _gather(chunks: list[Any] | tuple[Any, ...]) -> Encoded:
         if not isinstance(chunk, (bytes, bytearray, memoryview)):
             raise InvalidRequest(f"value[{i}]: a list value is byte chunks (bytes, bytearray, memoryview), "
                                  f"got {type(chunk).__name__}")
-        mv = memoryview(chunk).cast("B") if not isinstance(chunk, bytes) else memoryview(chunk)
+        if isinstance(chunk, memoryview) and not chunk.c_contiguous:
+            raise InvalidRequest(f"value[{i}]: a byte chunk must be contiguous (a strided view has no flat bytes)")
+        if isinstance(chunk, memoryview) and chunk.format == "B" and chunk.ndim == 1:
+            mv = chunk  # already flat bytes (a writer's views): no new view
+        else:
+            mv = memoryview(chunk).cast("B") if not isinstance(chunk, bytes) else memoryview(chunk)
         parts.append((pos, mv))
         pos += mv.nbytes
     return Encoded({"k": "bytes"}, parts, pos)
