@@ -18,7 +18,7 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -161,8 +161,7 @@ class ReadPlan:
         ``share`` (and no ``out``), a tensor that is one contiguous, aligned run of one
         segment is a view of it instead: no copy, and it keeps the segment alive.
         """
-        segs = sorted(((int(o), np.frombuffer(memoryview(b).cast("B"), dtype=np.uint8)) for o, b in segments),
-                      key=lambda x: x[0])
+        segs = sorted(((int(o), np.frombuffer(_bytes_view(b), dtype=np.uint8)) for o, b in segments), key=_first)
         if share and out is None:
             segs = _join_adjacent(segs)
             if len(segs) == 1 and segs[0][1].flags.writeable:  # a board read: one private copy
@@ -273,6 +272,17 @@ def _numpy_dtype(name: str) -> np.dtype | None:
     return _NUMPY_DTYPES[name]
 
 
+def _first(item: tuple[int, Any]) -> int:
+    return item[0]
+
+
+def _bytes_view(b: Any) -> memoryview:
+    """``b`` as a flat byte memoryview (the store's buffers already are one: no new view)."""
+    if isinstance(b, memoryview) and b.format == "B" and b.ndim == 1:
+        return b
+    return memoryview(b).cast("B")
+
+
 def _join_adjacent(segs: list[tuple[int, np.ndarray]]) -> list[tuple[int, np.ndarray]]:
     """Segments that follow each other in the flat vector *and* in one buffer (a board read
     copies every range into one) as one segment, so a tensor cut between them is a view."""
@@ -284,7 +294,8 @@ def _join_adjacent(segs: list[tuple[int, np.ndarray]]) -> list[tuple[int, np.nda
         root, addr = _root(view), view.__array_interface__["data"][0]
         prev_start, prev = out[-1]
         if prev_start + prev.size == start and root is not None and root is prev_root and prev_addr + prev.size == addr:
-            whole = np.frombuffer(root, dtype=np.uint8)
+            whole = root if isinstance(root, np.ndarray) and root.dtype == np.uint8 and root.ndim == 1 \
+                else np.frombuffer(root, dtype=np.uint8)
             at = prev_addr - whole.__array_interface__["data"][0]
             out[-1] = (prev_start, whole[at:at + prev.size + view.size])
         else:
