@@ -40,18 +40,29 @@ def test_socket_directory_is_short_even_for_deep_run_directories(tmp_path):
     assert len(str(socket_dir(deep))) < 60
 
 
-def test_a_taken_port_range_is_a_clear_error(tmp_path):
-    held = []
-    port = free_port()
-    try:
-        for p in range(port, port + 16):
+def hold_port_range(count: int, attempts: int = 50) -> tuple[int, list[socket.socket]]:
+    """``count`` consecutive loopback ports, all bound here (other tests' sockets may sit in a
+    first range picked: try another one)."""
+    for _ in range(attempts):
+        port, held = free_port(), []
+        for p in range(port, port + count):
             s = socket.socket()
             try:
                 s.bind(("127.0.0.1", p))
             except OSError:
                 s.close()
-                pytest.skip("the port range is not free on this machine")
+                break
             held.append(s)
+        if len(held) == count:
+            return port, held
+        for s in held:
+            s.close()
+    pytest.fail(f"no {count} consecutive free loopback ports in {attempts} tries")
+
+
+def test_a_taken_port_range_is_a_clear_error(tmp_path):
+    port, held = hold_port_range(16)
+    try:
         with pytest.raises(OSError, match="monitor.prometheus.port"):
             start_node_exporter(tmp_path, "n0", PrometheusConfig(enabled=True, port=port))
     finally:
