@@ -124,6 +124,10 @@ class TrainConfig(_Section):
     """Learner device; auto picks cuda when available."""
     torch_threads: int = Field(default=1, ge=1)
     """Torch intra-op threads per process (1 avoids oversubscription on shared cores)."""
+    retain_freed_memory_mb: int = Field(default=256, ge=0)
+    """MiB of freed heap each actor and learner process keeps for reuse instead of returning
+    it to the kernel, so repeated updates do not fault their tensors in again (glibc only,
+    ``kilorl.roles.heap``); 0 keeps the C library's defaults."""
     stop_return: float | None = None
     """Stop early once the rolling episode return reaches this (None: run to the end)."""
 

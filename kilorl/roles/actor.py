@@ -18,6 +18,7 @@ from kilorl.algos import keys
 from kilorl.core import Actor, ParameterStore, Rollout, RolloutInfo
 from kilorl.envs import make_vector_env
 from kilorl.envs.normalization import Moments, normalize
+from kilorl.roles.heap import retain_freed_memory
 from kilorl.roles.sync_groups import SyncGroups
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ class RolloutWorker(Actor):
 
     def __init__(self, cfg: Config, store: ParameterStore, index: int, seed: int) -> None:
         torch.set_num_threads(cfg.train.torch_threads)
+        retain_freed_memory(cfg.train.retain_freed_memory_mb)
         torch.manual_seed(seed)
         self.cfg, self.store, self.index = cfg, store, index
         spec = get_algorithm(cfg.algo.name)

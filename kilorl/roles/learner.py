@@ -21,6 +21,7 @@ from kilorl.comm import init_process_group
 from kilorl.core import GradientSync, Learner, ParameterStore, Rollout
 from kilorl.envs import make_env
 from kilorl.roles.grad_sync import make_grad_sync
+from kilorl.roles.heap import retain_freed_memory
 
 if TYPE_CHECKING:
     from kilorl.config import Config
@@ -71,6 +72,7 @@ class LearnerRole(Learner):
         """``weights_version``: after ``state``, take the model and normalizers of this
         published version from ``store`` (a resumed durable run, ``sync.durable``)."""
         torch.set_num_threads(cfg.train.torch_threads)
+        retain_freed_memory(cfg.train.retain_freed_memory_mb)
         torch.manual_seed(cfg.train.seed)
         if world > 1:
             if master is None:
