@@ -55,6 +55,17 @@ class Rollout:
         return self.steps["rewards"].shape[:2]  # type: ignore[return-value]
 
 
+@dataclass
+class CheckpointFiles:
+    """One checkpoint as its files' contents, made by the learner where torch is: bytes and
+    JSON only, so the driver receives and writes it without importing torch."""
+
+    files: dict[str, bytes]
+    """File name -> contents (``kilorl.roles.checkpoint_format``)."""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """JSON-able entries for the checkpoint's ``meta.json`` (``updates``, optimizer structure)."""
+
+
 class RolloutInfo(TypedDict):
     """What the driver learns about one rollout (the arrays go straight to the learner)."""
 
@@ -124,6 +135,10 @@ class Learner(abc.ABC):
     @abc.abstractmethod
     def state(self) -> dict[str, Any]:
         """Everything needed to resume (weights, optimizer, normalizers, counters, RNG)."""
+
+    @abc.abstractmethod
+    def checkpoint_files(self) -> CheckpointFiles:
+        """``state()`` as checkpoint file contents, which the trainer writes."""
 
 
 # ---- algorithms: what the generic roles call ---------------------------------------------

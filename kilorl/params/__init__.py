@@ -5,8 +5,7 @@ tensors and byte layouts, nothing of RL (docs/architecture.md, "Layers").
 
 The names below are imported on first use (PEP 562): the driver imports
 ``kilorl.params.reconnect`` on its start-up path, and torch must not come with it there
-(the driver imports torch on a background thread once the roles are up,
-``kilorl.trainer.preload``).
+(a training run's driver never imports torch, ``kilorl.roles.checkpoint_format``).
 """
 
 from __future__ import annotations

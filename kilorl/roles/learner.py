@@ -18,8 +18,9 @@ import torch
 from kilorl.algos import get as get_algorithm
 from kilorl.algos import keys
 from kilorl.comm import init_process_group
-from kilorl.core import GradientSync, Learner, ParameterStore, Rollout
+from kilorl.core import CheckpointFiles, GradientSync, Learner, ParameterStore, Rollout
 from kilorl.envs import make_env
+from kilorl.roles.checkpoint_format import checkpoint_files
 from kilorl.roles.grad_sync import make_grad_sync
 from kilorl.roles.heap import retain_freed_memory
 
@@ -122,6 +123,10 @@ class LearnerRole(Learner):
 
     def state(self) -> dict[str, Any]:
         return self.algorithm.state()
+
+    def checkpoint_files(self) -> CheckpointFiles:
+        """``state()`` as the checkpoint's bytes, made here where torch is (the driver has none)."""
+        return checkpoint_files(self.state())
 
     def weights_digest(self) -> float:
         """A cheap fingerprint of the weights (tests check that ranks agree)."""

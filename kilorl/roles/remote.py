@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kilorl.core import Actor, Learner, Rollout, RolloutInfo
+from kilorl.core import Actor, CheckpointFiles, Learner, Rollout, RolloutInfo
 from kilorl.roles.rollout_transport import RolloutHandle
 
 
@@ -145,6 +145,9 @@ class LearnerProcess(Learner):
 
     def state(self) -> dict[str, Any]:
         return self._role.state()
+
+    def checkpoint_files(self) -> CheckpointFiles:
+        return self._role.checkpoint_files()
 
     def weights_digest(self) -> float:
         return self._role.weights_digest()

@@ -6,8 +6,9 @@ normalizer statistics, RNG state) and ``meta.json`` (counters, optimizer structu
 resolved config). Written to a temporary directory and renamed, so a crash mid-write
 never leaves a half checkpoint that ``latest_checkpoint`` would pick up.
 
-torch and safetensors are imported when first needed (the driver of a run does not need
-torch to start; ``kilorl.trainer.preload`` imports them in the background once the roles are up).
+The learner makes the files' bytes (``kilorl.roles.checkpoint_format``) and the driver
+writes them (``write_checkpoint``), so a training run's driver never imports torch; reading
+a checkpoint back (``load_checkpoint``: a resume, an evaluation) imports it when called.
 """
 
 from __future__ import annotations
@@ -16,70 +17,36 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
-
-if TYPE_CHECKING:
-    import torch
+from kilorl.core import CheckpointFiles
+from kilorl.roles.checkpoint_format import MODEL_FILE, STATE_FILE, checkpoint_files, unflatten_optimizer
 
 PREFIX = "step_"
 
 
-def _flatten_optimizer(opt_state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    import torch
-
-    tensors: dict[str, torch.Tensor] = {}
-    scalars: dict[str, dict[str, Any]] = {}
-    for idx, per_param in opt_state["state"].items():
-        for key, value in per_param.items():
-            if isinstance(value, torch.Tensor):
-                tensors[f"optim/{idx}/{key}"] = value.detach().cpu().contiguous()
-            else:
-                scalars.setdefault(str(idx), {})[key] = value
-    return tensors, {"param_groups": opt_state["param_groups"], "scalars": scalars}
-
-
-def _unflatten_optimizer(tensors: dict[str, torch.Tensor], structure: dict[str, Any]) -> dict[str, Any]:
-    state: dict[int, dict[str, Any]] = {}
-    for name, value in tensors.items():
-        if not name.startswith("optim/"):
-            continue
-        _, idx, key = name.split("/", 2)
-        state.setdefault(int(idx), {})[key] = value
-    for idx, extra in structure.get("scalars", {}).items():
-        state.setdefault(int(idx), {}).update(extra)
-    return {"state": state, "param_groups": structure["param_groups"]}
-
-
-def save_checkpoint(run_dir: Path, learner_state: dict[str, Any], meta: dict[str, Any], keep: int = 3) -> Path:
-    """Write a checkpoint for ``meta['env_steps']``; keep the newest ``keep``."""
-    import torch
-    from safetensors.torch import save_file
-
+def write_checkpoint(run_dir: Path, ckpt: CheckpointFiles, meta: dict[str, Any], keep: int = 3) -> Path:
+    """Write a checkpoint for ``meta['env_steps']`` from its files' bytes; keep the newest ``keep``."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{PREFIX}{int(meta['env_steps']):012d}"
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    save_file({k: v.contiguous() for k, v in learner_state["model"].items()}, str(tmp / "model.safetensors"))
-    opt_tensors, opt_structure = _flatten_optimizer(learner_state["optimizer"])
-    extra = {
-        **opt_tensors,
-        "torch_rng": learner_state["torch_rng"],
-        **{f"obs_rms/{k}": torch.tensor(np.asarray(v)) for k, v in learner_state["obs_rms"].items()},
-        **{f"ret_rms/{k}": torch.tensor(np.asarray(v)) for k, v in learner_state["ret_rms"].items()},
-    }
-    save_file(extra, str(tmp / "state.safetensors"))
-    meta = {**meta, "updates": learner_state["updates"], "optimizer": opt_structure}
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+    for name, data in ckpt.files.items():
+        (tmp / name).write_bytes(data)
+    (tmp / "meta.json").write_text(json.dumps({**meta, **ckpt.meta}, indent=1))
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
     for old in sorted(p for p in root.iterdir() if p.name.startswith(PREFIX))[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def save_checkpoint(run_dir: Path, learner_state: dict[str, Any], meta: dict[str, Any], keep: int = 3) -> Path:
+    """``write_checkpoint`` of a learner's ``state()`` held in this process (imports torch)."""
+    return write_checkpoint(run_dir, checkpoint_files(learner_state), meta, keep)
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -93,7 +60,7 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 def resolve_checkpoint(path: Path) -> Path:
     """Accept a checkpoint directory or a run directory (its newest checkpoint)."""
     path = Path(path)
-    if (path / "meta.json").is_file() and (path / "model.safetensors").is_file():
+    if (path / "meta.json").is_file() and (path / MODEL_FILE).is_file():
         return path
     ckpt = latest_checkpoint(path)
     if ckpt is None:
@@ -107,11 +74,11 @@ def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
     ckpt = resolve_checkpoint(path)
     meta = json.loads((ckpt / "meta.json").read_text())
-    model = load_file(str(ckpt / "model.safetensors"))
-    extra = load_file(str(ckpt / "state.safetensors"))
+    model = load_file(str(ckpt / MODEL_FILE))
+    extra = load_file(str(ckpt / STATE_FILE))
     state = {
         "model": model,
-        "optimizer": _unflatten_optimizer(extra, meta["optimizer"]),
+        "optimizer": unflatten_optimizer(extra, meta["optimizer"]),
         "obs_rms": {k.split("/", 1)[1]: v.numpy() for k, v in extra.items() if k.startswith("obs_rms/")},
         "ret_rms": {k.split("/", 1)[1]: v.numpy() for k, v in extra.items() if k.startswith("ret_rms/")},
         "torch_rng": extra["torch_rng"],
@@ -133,8 +100,9 @@ class Checkpointer:
     def due(self, env_steps: int) -> bool:
         return self.next_due is not None and env_steps >= self.next_due
 
-    def save(self, learner_state: dict[str, Any], meta: dict[str, Any]) -> Path:
-        self.last_path = save_checkpoint(self.run_dir, learner_state, {**meta, "config": self.config_json}, self.keep)
+    def save(self, ckpt: CheckpointFiles, meta: dict[str, Any]) -> Path:
+        """Write the learner's checkpoint files with the run's counters and config."""
+        self.last_path = write_checkpoint(self.run_dir, ckpt, {**meta, "config": self.config_json}, self.keep)
         self.last_steps = int(meta["env_steps"])
         while self.next_due is not None and self.next_due <= self.last_steps:
             self.next_due += self.every  # type: ignore[operator]

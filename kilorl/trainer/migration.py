@@ -246,9 +246,7 @@ class Migrator:
     def _read_latest_policy(self) -> int:
         """The newest policy version, fetched whole through the driver's worker (the hand-off kept it)."""
         from kilorl.algos import keys
-        from kilorl.trainer import preload
 
-        preload.wait()  # the fetch builds tensors: torch is imported by the preload thread only
         store = self.roles.store
         latest = store.latest_version(keys.POLICY)
         if latest is None:

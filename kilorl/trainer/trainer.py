@@ -138,7 +138,6 @@ class Trainer:
 
     def _session(self, state: dict | None, meta: dict, t_start: float) -> TrainResult:
         """One set of roles from ``state`` to the end of the run (or a lost learner)."""
-        from kilorl.trainer import preload
         from kilorl.trainer.checkpoint import Checkpointer
         from kilorl.trainer.loop import OnPolicyLoop
         from kilorl.trainer.metrics import MetricsWriter
@@ -154,7 +153,6 @@ class Trainer:
             startup_s = time.time() - t_start
             if roles.monitor is not None:
                 print(roles.monitor.describe(), flush=True)
-            preload.start()  # torch for checkpoints, imported while the first rollouts run
             ckpt = Checkpointer(self.run_dir, cfg.checkpoint.every_env_steps, cfg.checkpoint.keep,
                                 cfg.model_dump(mode="json"), env_steps)
             metrics = MetricsWriter(self.run_dir, cfg.train.total_env_steps, cfg.logging.tensorboard, cfg.logging.progress)
@@ -174,12 +172,9 @@ class Trainer:
         """The training step: iterate the data path, report, move leaking roles, checkpoint when due and at the end."""
         import ray
 
-        from kilorl.trainer import preload
-
         def save() -> Path:
-            preload.wait()  # unpickling the state imports torch: never alongside the background import
-            state = ray.get(roles.learners[0].state.remote())
-            return ckpt.save(state, reporter.checkpoint_meta(env_steps, iteration))
+            files = ray.get(roles.learners[0].checkpoint_files.remote())  # bytes: no torch on the driver
+            return ckpt.save(files, reporter.checkpoint_meta(env_steps, iteration))
 
         migrator = self._migrator(roles, save)
         env_steps, iteration = loop.env_steps, loop.iteration
