@@ -89,10 +89,14 @@ class ActorCriticState:
         """Advance the step counter and apply the (optionally annealed) learning rate."""
         self.env_steps = env_steps_total
         algo = self.cfg.algo
-        lr = algo.lr * max(0.0, 1.0 - self.env_steps / self.cfg.train.total_env_steps) if algo.anneal_lr else algo.lr
+        lr = algo.lr * self.remaining(env_steps_total) if algo.anneal_lr else algo.lr
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         return lr
+
+    def remaining(self, env_steps_total: int) -> float:
+        """The share of the run still ahead, 1 -> 0: what linear schedules multiply by."""
+        return max(0.0, 1.0 - env_steps_total / self.cfg.train.total_env_steps)
 
     def step(self) -> torch.Tensor:
         """Average gradients over ranks, clip, take the optimizer step; returns the grad norm."""

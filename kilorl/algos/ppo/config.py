@@ -20,6 +20,9 @@ class PPOConfig(OnPolicyConfig):
     """Minibatches per epoch."""
     clip_coef: float = Field(default=0.2, gt=0)
     """Policy ratio clipping epsilon."""
+    anneal_clip: bool = False
+    """Decay ``clip_coef`` linearly to 0 over ``train.total_env_steps``, with the learning
+    rate's schedule (rl-zoo's ``clip_range: lin_<x>``)."""
     clip_vloss: bool = True
     """Clip the value-function update around the old value estimate."""
     target_kl: float | None = Field(default=None, gt=0)

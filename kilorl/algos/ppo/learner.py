@@ -68,6 +68,7 @@ class PPOLearner(ActorCriticLearner):
     def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, grad_sync: GradientSync) -> None:
         self.cfg, self.algo = cfg, cfg.algo
         self.ac = ActorCriticState(cfg, obs_space, action_space, grad_sync)
+        self.clip_coef = cfg.algo.clip_coef
 
     @property
     def model(self) -> torch.nn.Module:
@@ -83,6 +84,7 @@ class PPOLearner(ActorCriticLearner):
         advantages = torch.as_tensor(adv.reshape(-1), device=ac.device)
         returns = torch.as_tensor(ret.reshape(-1), device=ac.device)
         lr = ac.set_lr(env_steps_total)
+        self.clip_coef = algo.clip_coef * (ac.remaining(env_steps_total) if algo.anneal_clip else 1.0)
         T, N = steps[keys.REWARDS].shape[:2]
         stats: dict[str, list[torch.Tensor]] = {k: [] for k in _STATS}
         grad_norms: list[torch.Tensor] = []
@@ -100,7 +102,7 @@ class PPOLearner(ActorCriticLearner):
                     break
         ac.updates += 1
         out = {k: float(torch.stack(v).float().mean()) for k, v in stats.items()}
-        out.update(lr=lr, grad_norm=float(torch.stack(grad_norms).mean()),
+        out.update(lr=lr, clip_coef=self.clip_coef, grad_norm=float(torch.stack(grad_norms).mean()),
                    explained_variance=explained_variance(ret, steps[keys.VALUES]), kl_early_stop=stopped_early)
         return out
 
@@ -124,7 +126,7 @@ class PPOLearner(ActorCriticLearner):
                 loss = ppo_loss(
                     new_logp, old_logp[part], norm[offset : offset + rows(part)], new_values, old_values[part],
                     returns[part], entropy,
-                    clip_coef=algo.clip_coef, vf_coef=algo.vf_coef, ent_coef=algo.ent_coef,
+                    clip_coef=self.clip_coef, vf_coef=algo.vf_coef, ent_coef=algo.ent_coef,
                     clip_vloss=algo.clip_vloss, norm_adv=False,
                 )
                 (loss.total * (rows(part) / rows(idx))).backward()  # a part's share of the minibatch mean
