@@ -15,9 +15,11 @@ process for the next update. This is what PyTorch's CPU tuning guide gets from j
 tcmalloc through ``LD_PRELOAD``; two ``mallopt`` calls need no preloaded library and reach Ray
 workers that were started before the run's environment was known.
 
-Measured on the 2-core development VM (``docs/benchmarks.md``, "A role keeps its freed
-heap"): the update's page faults fell from 400-700 to under 10, and a CartPole run of 40,960
-env steps went from a median of 8.8K to 9.6K env steps/s (5 alternating pairs).
+Measured on the 2-core development VM (``docs/benchmarks.md``, "The driver leaves the cores
+to the roles"): the update's page faults fell from 400-700 to under 10 per update alone, and
+from 1,240 to 150 per second in a training learner; a CartPole run of 40,960 env steps went
+from a median of 7.8K to 8.7K env steps/s (5 alternating pairs, ``train.retain_freed_memory_mb``
+0 against 256).
 
 Other C libraries (musl, macOS) have no such knobs; there the call does nothing and says so.
 """
