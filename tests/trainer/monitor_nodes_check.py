@@ -38,6 +38,17 @@ def _refresh_until(monitor: SessionMonitor, run_dir: Path, pred, timeout: float 
     raise TimeoutError(f"targets file never matched: {_targets(run_dir)}")
 
 
+def _exposition_until(address: str, pred, timeout: float = 30.0) -> list[str]:
+    """The exporter's ``kilorl_env_steps_total`` samples, scraped until ``pred`` holds (or the last seen)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as resp:
+            lines = [line for line in resp.read().decode().splitlines() if "kilorl_env_steps_total{" in line]
+        if pred(lines) or time.monotonic() >= deadline:
+            return lines
+        time.sleep(0.1)
+
+
 class ReportingRole:
     """A role process on the joined node: reports through its node's exporter."""
 
@@ -71,8 +82,8 @@ def main(run_dir: Path) -> None:
             scheduling_strategy=NodeAffinitySchedulingStrategy(joined.node_id, soft=False)).remote(
             str(Path(run_dir).resolve()), config)
         out["pushed"] = ray.get(role.pushed.remote(), timeout=60)
-        with urllib.request.urlopen(f"http://{targets[new]}/metrics", timeout=10) as resp:
-            out["exposition"] = [line for line in resp.read().decode().splitlines() if "kilorl_env_steps_total{" in line]
+        # the push is a frame in the exporter's socket: it serves the sample once it has read it
+        out["exposition"] = _exposition_until(targets[new], lambda lines: lines != [])
         ray.kill(role)
         cluster.remove_node(joined)
         out["after_leave"] = sorted(_refresh_until(monitor, run_dir, lambda t: new not in t))
