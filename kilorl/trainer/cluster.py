@@ -28,6 +28,18 @@ Measured on a 2-core VM (``benchmarks/startup_breakdown.py``, 5 alternating runs
 roles took 1.81 s preloaded against 2.04 s without, and ``ray.init()`` was unchanged. Its
 run-to-run spread, 2.4-4.1 s, hides any cost of its own."""
 
+EMBEDDED_RAY_CONFIG = {
+    "raylet_client_connect_timeout_milliseconds": 20,
+    "raylet_client_num_connect_attempts": 500,
+}
+"""Ray settings of an embedded Ray, besides the preload. Ray's processes connect to each
+other's sockets with retries, and wait ``raylet_client_connect_timeout_milliseconds``
+(default 1000) before each retry. The raylet connects to its own object store, which it
+starts on another thread, so a start that loses that race waits a whole second. On the
+2-core VM that happened in 2 of 5 bare ``ray.init()`` calls; with 20 ms, in none of 5
+(``docs/benchmarks.md``, "Ray's one-second retry"). 500 attempts keep the time before a
+connection is given up at 10 s, as Ray's defaults (10 x 1 s) give."""
+
 TORCH_BACKENDS = ("gloo", "nccl", "mpi", "ucc")
 """torch.distributed's built-in backend names (a described cluster may have any of them)."""
 
@@ -185,7 +197,7 @@ class Cluster:
             kwargs["resources"] = _local_node_resources()
             if memory_needed > _default_memory():
                 kwargs["_memory"] = int(memory_needed)
-            kwargs["_system_config"] = {"preload_python_modules": list(ROLE_MODULES)}
+            kwargs["_system_config"] = {"preload_python_modules": list(ROLE_MODULES), **EMBEDDED_RAY_CONFIG}
         else:
             kwargs["address"] = self.address
         ray.init(**kwargs)

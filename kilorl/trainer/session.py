@@ -67,7 +67,8 @@ class RoleSession:
     placement: Any = None
     """The roles' reserved placement groups (``role_placement.RolePlacement``)."""
     fleet: Any = None
-    """The run's store workers (``StoreFleet``)."""
+    """The run's store workers (``StoreFleet``). One given here (this machine's, from
+    ``start_local_store``, started before Ray) is the session's from then on: it closes it."""
     l2_dir: str | None = None
     """Where the run's store workers keep durable (``sync.durable``) parameters."""
     resumed_versions: int = 0
@@ -95,8 +96,8 @@ class RoleSession:
 
         cfg, par = self.cfg, self.cfg.parallelism
         t0 = time.perf_counter()
-        if self.cluster.kind == "local" and not cfg.store.address:
-            self.fleet = self._local_store()  # before Ray: it comes up while Ray does
+        if self.fleet is None and needs_local_store(cfg, self.cluster):
+            self.fleet = start_local_store(cfg, self.l2_dir)  # before Ray: it comes up while Ray does
         self._started_ray = self.cluster.connect(*local_needs(cfg))
         t1 = time.perf_counter()
         self.times.ray_s = t1 - t0
@@ -205,16 +206,8 @@ class RoleSession:
         return StoreFleet.start(st.shm_size, st.keep_versions, l2_dir=self.l2_dir, wait=False,
                                 extra=self._store_leaks())
 
-    def _local_store(self) -> StoreFleet:
-        from kilorl.trainer.store_fleet import StoreFleet
-
-        return StoreFleet.start_local(self.cfg.store.shm_size, self.cfg.store.keep_versions, l2_dir=self.l2_dir,
-                                      extra=self._store_leaks())
-
     def _store_leaks(self) -> dict[int, list[str]]:
-        """``monitor.inject_leaks`` entries of role ``store``, as worker options per store rank."""
-        return {leak.rank: ["--inject-leak", str(leak.bytes_per_s), "--inject-leak-after", str(leak.start_after_s)]
-                for leak in self.cfg.monitor.inject_leaks if leak.role == "store"}
+        return store_leaks(self.cfg)
 
     @staticmethod
     def _wait_all(waits: dict[str, Any]) -> None:
@@ -240,10 +233,10 @@ class RoleSession:
                     ray.kill(handle)
                 except Exception:  # noqa: BLE001 - already dead is fine: the goal is "not running"
                     pass
-            if self.fleet is not None:
-                self.fleet.close()
             if self.placement is not None:
                 self.placement.remove()
+        if self.fleet is not None:  # a local worker may have started before Ray (or Ray failed to start)
+            self.fleet.close()
         if self.monitor is not None:
             self.monitor.close()
             self.monitor = None
@@ -251,6 +244,24 @@ class RoleSession:
             ray.shutdown()
         self.actors, self.learners, self.store, self.fleet, self.placement = [], [], None, None, None
         self._started_ray = False
+
+
+def needs_local_store(cfg: Config, cluster: Cluster) -> bool:
+    """Whether a run starts this machine's store worker itself: Ray started here, no given store."""
+    return cluster.kind == "local" and not cfg.store.address
+
+
+def start_local_store(cfg: Config, l2_dir: str | None) -> StoreFleet:
+    """This machine's store worker, started now (it serves once Ray names the driver's node)."""
+    from kilorl.trainer.store_fleet import StoreFleet
+
+    return StoreFleet.start_local(cfg.store.shm_size, cfg.store.keep_versions, l2_dir=l2_dir, extra=store_leaks(cfg))
+
+
+def store_leaks(cfg: Config) -> dict[int, list[str]]:
+    """``monitor.inject_leaks`` entries of role ``store``, as worker options per store rank."""
+    return {leak.rank: ["--inject-leak", str(leak.bytes_per_s), "--inject-leak-after", str(leak.start_after_s)]
+            for leak in cfg.monitor.inject_leaks if leak.role == "store"}
 
 
 def parameter_store(cfg: Config, fleet: StoreFleet) -> Any:

@@ -13,7 +13,7 @@ import warnings
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kilorl.algos import get as get_algorithm
 from kilorl.config import Config, apply_overrides, config_from_dict, dump_config
@@ -102,12 +102,10 @@ class Trainer:
     def fit(self) -> TrainResult:
         """Train to the end; a learner process that dies makes the run restore its last
         checkpoint and go on, at most ``LEARNER_MAX_RESTORES`` times."""
-        import ray  # noqa: F401 - imported before the clock starts, as a Ray program imports it first
-
-        from kilorl.trainer.checkpoint import latest_checkpoint, load_checkpoint
+        from kilorl.trainer.checkpoint import load_checkpoint
+        from kilorl.trainer.session import needs_local_store, start_local_store
 
         cfg = self.cfg
-        t_start = time.time()  # start-up (``startup_s``) counts from here: what kiloRL adds to "import ray"
         for message in config_warnings(cfg):
             warnings.warn(message, UserWarning, stacklevel=2)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -116,9 +114,28 @@ class Trainer:
         if self._resume_from is None or not cfg.sync.durable:
             # versions kept by an earlier run in this directory are not this run's to continue from
             shutil.rmtree(self.l2_dir, ignore_errors=True)
+        # This machine's store worker starts before Ray is imported: the worker's own start
+        # (0.5 s of CPU) then runs on the core that the import leaves idle, not beside
+        # ray.init(), which keeps both cores busy (docs/benchmarks.md, "The store worker
+        # starts beside Ray's import").
+        fleet = start_local_store(cfg, str(self.l2_dir.resolve())) if needs_local_store(cfg, self.cluster) else None
+        try:
+            return self._restoring(state, meta, fleet)
+        finally:
+            if fleet is not None:  # the session closed it already, unless the run failed before one began
+                fleet.close()
+
+    def _restoring(self, state: dict | None, meta: dict, fleet: Any) -> TrainResult:
+        """Sessions until the run ends: a lost learner restores the last checkpoint, at most
+        ``LEARNER_MAX_RESTORES`` times. ``fleet``: the first session's store worker, if started."""
+        import ray  # noqa: F401 - imported before the clock starts, as a Ray program imports it first
+
+        from kilorl.trainer.checkpoint import latest_checkpoint, load_checkpoint
+
+        t_start = time.time()  # start-up (``startup_s``) counts from here: what kiloRL adds to "import ray"
         for attempt in range(LEARNER_MAX_RESTORES + 1):
             try:
-                return self._session(state, meta, t_start)
+                return self._session(state, meta, t_start, fleet if attempt == 0 else None)
             except LearnerLost as err:
                 last = latest_checkpoint(self.run_dir)
                 if last is None:
@@ -136,8 +153,9 @@ class Trainer:
         """Where the run's store workers keep durable (``sync.durable``) parameter versions."""
         return self.run_dir / "store-l2"
 
-    def _session(self, state: dict | None, meta: dict, t_start: float) -> TrainResult:
-        """One set of roles from ``state`` to the end of the run (or a lost learner)."""
+    def _session(self, state: dict | None, meta: dict, t_start: float, fleet: Any = None) -> TrainResult:
+        """One set of roles from ``state`` to the end of the run (or a lost learner); ``fleet``:
+        a store worker started for it (the session closes it)."""
         from kilorl.trainer.checkpoint import Checkpointer
         from kilorl.trainer.loop import OnPolicyLoop
         from kilorl.trainer.metrics import MetricsWriter
@@ -147,7 +165,7 @@ class Trainer:
         cfg = self.cfg
         env_steps, iteration = int(meta.get("env_steps", 0)), int(meta.get("iteration", 0))
         with RoleSession(cfg, self.cluster, state, iteration, l2_dir=str(self.l2_dir.resolve()),
-                         run_dir=self.run_dir) as roles:
+                         run_dir=self.run_dir, fleet=fleet) as roles:
             # a durable resume continues from the newest published version: one batch per version
             iteration, env_steps = roles.iteration, env_steps + roles.resumed_versions * cfg.batch_size
             startup_s = time.time() - t_start

@@ -89,6 +89,43 @@ def test_a_store_worker_that_cannot_start_fails_the_start_and_leaves_nothing(tmp
     assert result["children"] == []
 
 
+def test_a_local_runs_store_worker_starts_before_ray_is_imported_and_stops_when_ray_cannot_start(tmp_path):
+    # The worker's own start then runs beside Ray's import (one core) instead of beside
+    # ray.init() (both cores); a worker started that early must still never outlive a failed start.
+    script = textwrap.dedent(f"""
+        import json, sys, psutil
+        from kilorl.trainer import Cluster, Trainer
+        from kilorl.trainer.store_fleet import StoreFleet
+        from tests.conftest import tiny_config
+
+        seen = {{}}
+        start_local = StoreFleet.start_local.__func__
+
+        def recording(cls, *args, **kwargs):
+            seen["ray imported"] = "ray" in sys.modules
+            fleet = start_local(cls, *args, **kwargs)
+            seen["worker alive"] = fleet.local.proc.poll() is None
+            return fleet
+
+        def no_ray(self, *args, **kwargs):
+            raise RuntimeError("Ray did not start")
+
+        StoreFleet.start_local = classmethod(recording)
+        Cluster.connect = no_ray
+        try:
+            Trainer(tiny_config(), {str(tmp_path / "run")!r}).fit()
+        except RuntimeError as err:
+            seen["error"] = str(err)
+        gone, alive = psutil.wait_procs(psutil.Process().children(recursive=True), timeout=30)
+        print(json.dumps({{**seen, "children": [p.name() for p in alive]}}))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO,
+                         env={**os.environ, "RAY_ADDRESS": "local"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {
+        "ray imported": False, "worker alive": True, "error": "Ray did not start", "children": []}
+
+
 def test_the_drivers_start_up_path_imports_no_torch():
     # torch costs 1.4 s of CPU to import, which the roles need on these cores: nothing the
     # driver runs to start a run may import it.
@@ -142,11 +179,13 @@ def test_a_training_run_with_checkpoints_and_tensorboard_never_imports_torch_on_
     assert checkpoints == ["step_000000002048", "step_000000003072", "step_000000004096"]  # keep=3
 
 
-def test_an_embedded_rays_workers_have_the_role_modules_imported_before_their_first_task():
+def test_an_embedded_ray_preloads_the_role_modules_and_retries_its_socket_connections_every_20_ms():
     # The roles' import (torch, gymnasium, kiloRL: 1.4 s of CPU) is Ray's preload, done while
     # Ray is still starting; a fresh process, so this Ray is the one Cluster.connect starts.
+    # Ray's own processes read the retry settings from the GCS, where they are checked here.
     script = textwrap.dedent("""
         import json, sys, ray
+        from ray._private.state import state
         from kilorl.trainer.cluster import ROLE_MODULES, Cluster
 
         assert Cluster().connect(1)
@@ -158,7 +197,10 @@ def test_an_embedded_rays_workers_have_the_role_modules_imported_before_their_fi
                        if m in sys.modules]
             return {"modules": modules, "gc on": gc.isenabled(), "frozen": gc.get_freeze_count() > 100_000}
 
-        print(json.dumps({"driver": "torch" in sys.modules, "worker": ray.get(imported.remote())}))
+        config = state.get_system_config()
+        retry = {k: config.get(k) for k in ("raylet_client_connect_timeout_milliseconds",
+                                             "raylet_client_num_connect_attempts")}
+        print(json.dumps({"driver": "torch" in sys.modules, "worker": ray.get(imported.remote()), "retry": retry}))
         ray.shutdown()
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO,
@@ -167,4 +209,5 @@ def test_an_embedded_rays_workers_have_the_role_modules_imported_before_their_fi
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {
         "driver": False,
         "worker": {"modules": ["torch", "kilorl.roles.actor", "kilorl.roles.learner", "kilorl.roles.prestart"],
-                   "gc on": True, "frozen": True}}
+                   "gc on": True, "frozen": True},
+        "retry": {"raylet_client_connect_timeout_milliseconds": 20, "raylet_client_num_connect_attempts": 500}}
