@@ -107,6 +107,27 @@ class ParameterStore(abc.ABC):
     def wait(self, name: str, min_version: int, timeout: float | None = None) -> int:
         """Block until a version >= ``min_version`` exists; return it. Raises TimeoutError."""
 
+    def fetch_into(self, name: str, out: Mapping[str, torch.Tensor], version: int | None = None,
+                   layout: list[str] | None = None) -> int:
+        """Copy a version (the newest when None) into the tensors of ``out`` and return it.
+
+        ``layout``: the names to read (all of ``out`` when None), each into ``out[name]``,
+        which must have the version's shape and dtype (``ValueError`` otherwise). A reader that keeps its model copies
+        each version into the model's own tensors, with no new tensors and no
+        ``load_state_dict``. Stores override this with a copy straight from their buffers."""
+        import torch
+
+        got, tensors = self.fetch(name, version, list(out) if layout is None else list(layout))
+        values = {key: torch.as_tensor(np.asarray(value)) for key, value in tensors.items()}
+        for key, value in values.items():  # all checked before any is copied
+            dest = out[key]
+            if dest.shape != value.shape or dest.dtype != value.dtype:
+                raise ValueError(f"{key}: destination is {dest.dtype} {list(dest.shape)}, "
+                                 f"version {got} has {value.dtype} {list(value.shape)}")
+        for key, value in values.items():
+            out[key].detach().copy_(value)
+        return got
+
 
 # ---- roles: what the trainer calls ------------------------------------------------------
 class Actor(abc.ABC):

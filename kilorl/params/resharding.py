@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kilorl.params.destinations import DestinationViews
 from kilorl.params.layout import FlatLayout, Full, LayoutError, ReaderLayout, Shard, TensorSpec, dtype_from_name, validate_slice
 
 if TYPE_CHECKING:
@@ -101,6 +102,8 @@ class ReadPlan:
         self._one_view: list[tuple[str, int, int, np.dtype, tuple[int, ...], int]] | None = None
         """Per piece (name, flat start, bytes, numpy dtype, shape, item size), when every
         piece can be a view of one buffer (whole rows, numpy dtypes); [] when not."""
+        self._dests = DestinationViews()
+        """The byte views of the tensors ``out`` gave last (a reader copies into the same ones)."""
         for start, end in self._merge(_runs(pieces), max_gap):
             first = len(self.requests)
             self.requests.extend(_split_at_bounds(writer.bounds, start, end))
@@ -178,6 +181,10 @@ class ReadPlan:
                 p, starts, views, None if out is None else out.get(p.name))
         return tensors
 
+    def destination_bytes(self, p: _Piece, dest: torch.Tensor) -> np.ndarray:
+        """``dest``'s bytes, to copy piece ``p`` into (``LayoutError`` if it cannot hold it)."""
+        return self._dests.bytes_of(p.name, p.dtype, p.shape, dest)
+
     def _views_of_one(self, start: int, seg: np.ndarray) -> dict[str, torch.Tensor] | None:
         """Every piece as a view of ``seg`` (flat bytes from ``start``), or None when one cannot
         be: the common case of a board read, with the per-piece work worked out once."""
@@ -230,17 +237,15 @@ class ReadPlan:
             return torch.from_numpy(run).view(dtype).reshape(p.shape)
 
     def _tensor(self, p: _Piece, starts: list[int], views: list[np.ndarray], dest: torch.Tensor | None) -> torch.Tensor:
-        import torch
-
-        dtype = dtype_from_name(p.dtype)
         if dest is None:
-            dest = torch.empty(p.shape, dtype=dtype)
-        elif tuple(dest.shape) != p.shape or dest.dtype != dtype or not dest.is_contiguous() or dest.device.type != "cpu":
-            raise LayoutError(f"{p.name}: destination is {dest.dtype} {list(dest.shape)} on {dest.device}, "
-                              f"the slice is {p.dtype} {list(p.shape)} (contiguous, on cpu)")
-        if not dest.numel():
+            import torch
+
+            dest = torch.empty(p.shape, dtype=dtype_from_name(p.dtype))
+            out = dest.reshape(-1).view(torch.uint8).numpy()
+        else:
+            out = self.destination_bytes(p, dest)
+        if not out.size:
             return dest
-        out = dest.detach().reshape(-1).view(torch.uint8).numpy()
         i = bisect.bisect_right(starts, p.start) - 1
         if i >= 0 and p.end <= starts[i] + views[i].size:  # the whole piece in one segment: one (strided) copy
             base = views[i][p.start - starts[i]:]

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from kilorl.params.copy_in import CopyIn
 from kilorl.params.layout import FlatLayout, LayoutError, ReaderLayout
 from kilorl.params.reconnect import ParametersLost, publish_once, with_reconnect
 from kilorl.params.store_reads import (
@@ -203,8 +204,21 @@ class StoreParameterStore:
 
     def fetch_into(self, name: str, out: Mapping[str, torch.Tensor], version: int | None = None,
                    layout: ReaderLayout | None = None) -> int:
-        """Copy a version straight into ``out`` (e.g. ``dict(model.named_parameters())``); returns the version."""
-        return self._read(name, version, reader_layout(layout if layout is not None else list(out)), out)[0]
+        """Copy a version straight into ``out`` (e.g. ``dict(model.named_parameters())``); returns the version.
+
+        ``layout``: a reader layout, or the names to read (all of ``out`` when None). A reader
+        that copies every version into the same tensors pays the planning once
+        (``kilorl.params.copy_in``)."""
+        if layout is None or not isinstance(layout, Mapping):
+            names = tuple(out) if layout is None else tuple(layout)
+            layouts = self._local.__dict__.setdefault("named_layouts", {})
+            reader = layouts.get(names)
+            if reader is None:  # our own dict: never changed, so kept without a copy
+                if len(layouts) >= 64:
+                    layouts.clear()
+                reader = layouts[names] = reader_layout(names)
+            return self._read(name, version, reader, out, own_layout=True)[0]
+        return self._read(name, version, layout, out)[0]
 
     def _take_prefetched(self, name: str, key: tuple, version: int | None) -> Prefetched | None:
         got = getattr(self._local, "prefetched", None)
@@ -214,14 +228,16 @@ class StoreParameterStore:
         return None
 
     def _read(self, name: str, version: int | None, reader: ReaderLayout | None,
-              out: Mapping[str, torch.Tensor] | None, share: bool = False) -> tuple[int, dict[str, torch.Tensor]]:
+              out: Mapping[str, torch.Tensor] | None, share: bool = False,
+              own_layout: bool = False) -> tuple[int, dict[str, torch.Tensor]]:
         key = plan_key(reader)
         if not hasattr(self._local, "last_plan"):
             self._local.last_plan = {}
-        self._local.last_plan[name] = (key, None if reader is None else dict(reader))  # a snapshot
+        # a snapshot of the caller's layout (one of our own is never changed)
+        self._local.last_plan[name] = (key, reader if own_layout or reader is None else dict(reader))
         got = self._take_prefetched(name, key, version)
         if got is not None:
-            return got.version, assemble(got.cached, got.segments, out, share)
+            return got.version, self._assemble(name, got.cached, got.segments, out, share)
         for attempt in range(self.retries + 1):
             try:
                 v, cached, segments = self._reads().read(name, reader, version, key=key)
@@ -233,8 +249,25 @@ class StoreParameterStore:
                     raise
                 time.sleep(0)  # a newer version replaced it: read that one
                 continue
-            return v, assemble(cached, segments, out, share)
+            return v, self._assemble(name, cached, segments, out, share)
         raise AssertionError("unreachable")
+
+    def _assemble(self, name: str, cached: CachedPlan, segments: list[tuple[int, Any]],
+                  out: Mapping[str, torch.Tensor] | None, share: bool) -> dict[str, torch.Tensor]:
+        """The read's tensors; into ``out`` by the runs worked out for it (``CopyIn``) when it
+        is the same plan and the same tensors as this thread's last copy of ``name``."""
+        if out is None:
+            return assemble(cached, segments, None, share)
+        copies = self._local.__dict__.setdefault("copies", {})
+        known = copies.get(name)
+        if known is None or not known.fits(cached, segments, out):
+            known = CopyIn.make(cached, segments, out)
+            if known is None:
+                copies.pop(name, None)
+                return assemble(cached, segments, out, share)
+            copies[name] = known
+        known.apply(segments)
+        return dict(out)
 
 
 def _numpy_ok(dtype: Any) -> bool:

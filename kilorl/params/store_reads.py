@@ -155,13 +155,9 @@ class VersionReads:
 def assemble(cached: CachedPlan, segments: list[tuple[int, Any]],
              out: Mapping[str, torch.Tensor] | None, share: bool = False) -> dict[str, torch.Tensor]:
     """The reader's tensors (copied once, from the store's buffers, into ``out`` when given;
-    with ``share``, views of the buffers where a tensor lies whole in one)."""
-    if out is None:  # new tensors and views of the buffers: nothing autograd could record
-        return cached.plan.assemble_segments(segments, None, share)
-    import torch
-
-    with torch.no_grad():  # ``out`` may hold parameters
-        return cached.plan.assemble_segments(segments, out, share)
+    with ``share``, views of the buffers where a tensor lies whole in one). Parameters in
+    ``out`` are written through detached views of their bytes: autograd records nothing."""
+    return cached.plan.assemble_segments(segments, out, share)
 
 
 def reader_layout(layout: ReaderLayout | Sequence[str] | None) -> ReaderLayout | None:

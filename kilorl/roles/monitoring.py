@@ -99,6 +99,10 @@ class _StoreWrapper:
     def wait(self, name: str, min_version: int, timeout: float | None = None) -> int:
         return self.inner.wait(name, min_version, timeout)
 
+    def fetch_into(self, name: str, out: dict[str, Any], version: int | None = None,
+                   layout: list[str] | None = None) -> int:
+        return self.inner.fetch_into(name, out, version, layout)
+
     def __getattr__(self, item: str) -> Any:  # anything else the concrete store offers
         return getattr(self.inner, item)
 
@@ -120,6 +124,8 @@ class FetchingStore(_StoreWrapper):
         super().__init__(inner, metrics)
         self.held = -1
         self._stamped = True
+        self._stamp: Any = None
+        """The tensor ``fetch_into`` reads the publish stamp into (made at the first)."""
 
     def wait(self, name: str, min_version: int, timeout: float | None = None) -> int:
         latest = self.inner.wait(name, min_version, timeout)
@@ -141,6 +147,24 @@ class FetchingStore(_StoreWrapper):
         if stamp is not None:
             self.metrics.observe_publish_latency(max(time.time() - float(np.asarray(stamp).reshape(-1)[0]), 0.0))
         return self._received(got, tensors, name)
+
+    def fetch_into(self, name: str, out: dict[str, Any], version: int | None = None,
+                   layout: list[str] | None = None) -> int:
+        names = list(out) if layout is None else list(layout)
+        if name != keys.POLICY or not self._stamped:
+            return self._received(self.inner.fetch_into(name, out, version, names), {k: out[k] for k in names}, name)[0]
+        if self._stamp is None:
+            import torch
+
+            self._stamp = torch.zeros(1, dtype=torch.float64)  # the learner stamps one float64
+        try:
+            got = self.inner.fetch_into(name, {**out, PUBLISHED_AT: self._stamp}, version, [*names, PUBLISHED_AT])
+        except KeyError:  # a publisher without the stamp: measure without it from now on
+            log.info("monitor: parameters carry no publish time; publish latency is not measured")
+            self._stamped = False
+            return self.fetch_into(name, out, version, names)
+        self.metrics.observe_publish_latency(max(time.time() - float(self._stamp[0]), 0.0))
+        return self._received(got, {k: out[k] for k in names}, name)[0]
 
     def _received(self, version: int, tensors: dict[str, Any], name: str) -> tuple[int, dict[str, Any]]:
         self.metrics.add_comm_bytes("received", _nbytes(tensors))

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from kilorl.params import Full, Shard
+from kilorl.params.layout import LayoutError
 from kilorl.params.store_backed import StoreParameterStore, layout_key, shard_key
 
 
@@ -76,6 +77,36 @@ def test_fetch_into_copies_straight_into_model_parameters(store):
     store.publish("m", 1, {k: torch.full_like(p, 2.5) for k, p in model.state_dict().items()})
     assert store.fetch_into("m", dict(model.named_parameters())) == 1
     assert bool((model.weight == 2.5).all()) and bool((model.bias == 2.5).all())
+
+
+def test_every_version_is_copied_into_the_same_tensors_and_a_replaced_or_resized_one_is_checked_again(store):
+    model = torch.nn.Linear(300, 64)
+    out = dict(model.named_parameters())
+    ptrs = {k: t.data_ptr() for k, t in out.items()}
+    for v in (1, 2, 3):  # what a reader that keeps its model does, version after version
+        store.publish("m", v, {k: torch.full_like(p, float(v)) for k, p in model.state_dict().items()})
+        assert store.fetch_into("m", out) == v
+        assert bool((model.weight == v).all()) and bool((model.bias == v).all())
+    assert {k: t.data_ptr() for k, t in out.items()} == ptrs  # copied in place, never replaced
+    fresh = torch.zeros(64)  # another tensor under a name: the copy goes there
+    store.publish("m", 4, {k: torch.full_like(p, 4.0) for k, p in model.state_dict().items()})
+    assert store.fetch_into("m", {**out, "bias": fresh}) == 4
+    assert bool((fresh == 4.0).all()) and bool((model.bias == 3.0).all()) and bool((model.weight == 4.0).all())
+    fresh.resize_(32)  # the same tensor, now the wrong shape: refused, not written past
+    with pytest.raises(LayoutError, match=r"bias: destination is torch.float32 \[32\]"):
+        store.fetch_into("m", {**out, "bias": fresh})
+
+
+def test_copies_into_kept_tensors_are_exact_for_tensors_cut_between_shards_and_for_strided_slices(store):
+    whole = {k: torch.zeros_like(t) for k, t in params(0).items()}  # bfloat16 included; 3 shards cut them
+    part = {"pi.w": torch.zeros(64, 75), "v.w": torch.zeros(300, 1, dtype=torch.bfloat16)}
+    sliced = {"pi.w": Shard(1, 4, dim=1), "v.w": Full()}
+    for v in (1, 2, 3):  # the first copy plans the runs, the later ones reuse them
+        store.publish("policy", v, params(v))
+        assert store.fetch_into("policy", whole) == v
+        assert all(torch.equal(whole[k], t) for k, t in params(v).items())
+        assert store.fetch_into("policy", part, layout=sliced) == v
+        assert torch.equal(part["pi.w"], params(v)["pi.w"][:, 75:150]) and torch.equal(part["v.w"], params(v)["v.w"])
 
 
 def big_params(seed: int) -> dict[str, torch.Tensor]:

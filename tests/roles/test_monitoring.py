@@ -47,3 +47,30 @@ def test_without_the_publishers_stamp_the_actor_still_fetches_and_stops_asking_f
     assert version == 0 and set(tensors) == {keys.MODEL + "w"}
     assert _value(actor, "kilorl_param_publish_latency_seconds_count") is None
     assert sub._stamped is False
+
+
+def test_a_copy_into_the_actors_tensors_measures_latency_and_bytes_and_leaves_the_stamp_out():
+    import torch
+
+    inner = InMemoryParameterStore()
+    actor = RoleMetrics("actor", 0, "n0", sample_resources=False)
+    pub, sub = PublishingStore(inner, RoleMetrics("learner", 0, "n0", sample_resources=False)), FetchingStore(inner, actor)
+    pub.publish(keys.POLICY, 0, _weights())
+    out = {keys.MODEL + "w": torch.zeros(256)}
+    assert sub.fetch_into(keys.POLICY, out, None, [keys.MODEL + "w"]) == 0
+    assert set(out) == {keys.MODEL + "w"} and bool((out[keys.MODEL + "w"] == 1.0).all())
+    assert _value(actor, "kilorl_param_publish_latency_seconds_count") == 1
+    assert _value(actor, "kilorl_comm_bytes_total", direction="received") == 1024
+    assert sub.held == 0
+
+
+def test_a_copy_without_the_publishers_stamp_still_lands_and_stops_asking_for_it():
+    import torch
+
+    inner = InMemoryParameterStore()
+    actor = RoleMetrics("actor", 0, "n0", sample_resources=False)
+    inner.publish(keys.POLICY, 0, _weights())
+    sub = FetchingStore(inner, actor)
+    out = {keys.MODEL + "w": torch.zeros(256)}
+    assert sub.fetch_into(keys.POLICY, out) == 0 and bool((out[keys.MODEL + "w"] == 1.0).all())
+    assert _value(actor, "kilorl_param_publish_latency_seconds_count") is None and sub._stamped is False

@@ -98,3 +98,18 @@ def test_sharding_is_stable_and_spreads():
     shards = [shard_of(n, 4) for n in names]
     assert shards == [shard_of(n, 4) for n in names]
     assert len(set(shards)) == 4
+
+
+def test_fetch_into_copies_a_version_into_the_given_tensors_and_refuses_a_mismatch_before_copying(store):
+    import torch
+
+    store.publish("p", 1, {"w": np.full((2, 3), 1.5, np.float32), "b": np.full(3, 2.5, np.float32)})
+    out = {"w": torch.zeros(2, 3), "b": torch.zeros(3)}
+    ptr = out["w"].data_ptr()
+    assert store.fetch_into("p", out) == 1
+    assert out["w"].data_ptr() == ptr and bool((out["w"] == 1.5).all()) and bool((out["b"] == 2.5).all())
+    assert store.fetch_into("p", {"w": torch.zeros(2, 3)}, layout=["w"]) == 1  # only the names asked for
+    store.publish("p", 2, {"w": np.full((2, 3), 7.0, np.float32), "b": np.full(3, 7.0, np.float32)})
+    with pytest.raises(ValueError, match=r"w: destination is torch.float32 \[3, 2\]"):
+        store.fetch_into("p", {"b": out["b"], "w": torch.zeros(3, 2)})
+    assert bool((out["b"] == 2.5).all())  # nothing was copied
