@@ -22,8 +22,9 @@ its model minus the driver's just before it starts publishing (CLOCK_MONOTONIC i
 for every process of a Linux machine). Versions are paced: the next is published only after
 every actor has acknowledged the previous one, so each sample is one isolated sync.
 
-With ``--runs R`` the whole comparison runs ``R`` times (fresh actors each time) and every
-cell is the median over the runs of that run's p50 / p99.
+With ``--runs R`` the whole comparison runs ``R`` times (fresh actors each time; the two
+kiloRL ways take turns going first) and every cell is the median over the runs of that
+run's p50 / p99.
 
     python benchmarks/param_sync_bench.py [--actors 4] [--small-versions 200] [--large-versions 15] [--runs 3]
                                           [--json out.json]
@@ -248,14 +249,14 @@ def main(argv: list[str] | None = None) -> int:
                     n = args.small_versions if label.startswith("small") else args.large_versions
                     if n <= 0:
                         continue
-                    copied, copied_stages = bench_store(ray, args.actors, shapes, n, address, token, args.shards,
-                                                        f"bench{run}-{idx}", share=False)
-                    views, views_stages = bench_store(ray, args.actors, shapes, n, address, token, args.shards,
-                                                      f"bench{run}-{idx}-views", share=True)
-                    stages[label] = views_stages if actors_share(shapes) else copied_stages
+                    got = {}
+                    for share in (False, True) if run % 2 == 0 else (True, False):  # each goes first in turn
+                        got[share] = bench_store(ray, args.actors, shapes, n, address, token, args.shards,
+                                                 f"bench{run}-{idx}-{share}", share=share)
+                    stages[label] = got[actors_share(shapes)][1]
                     results[label] = {
-                        COPIED: percentiles(copied),
-                        VIEWS: percentiles(views),
+                        COPIED: percentiles(got[False][0]),
+                        VIEWS: percentiles(got[True][0]),
                         "Ray broadcast": percentiles(bench_ray(ray, args.actors, shapes, n)),
                         "memcpy floor": percentiles(bench_memcpy(shapes, n)),
                     }
