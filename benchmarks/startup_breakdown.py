@@ -2,9 +2,12 @@
 
     python benchmarks/startup_breakdown.py --repeats 3
 
-Per repeat, alternating the order, two fresh processes:
+Per repeat, in turns of order, three fresh processes:
 - **bare Ray**: ``import ray``; ``ray.init()``; one trivial actor; ``ray.get`` of a call
   on it (what any Ray program pays before its first useful work);
+- **bare Ray, tuned**: the same with the Ray settings kiloRL gives the Ray it embeds
+  (``EMBEDDED_RAY_CONFIG``: its socket retries), so kiloRL's start-up minus this one is
+  what kiloRL itself adds, apart from Ray's own start;
 - **kiloRL**: ``kilorl train examples/cartpole_ppo.yaml`` stopped after its first update,
   reporting ``startup_s`` (``Trainer.fit`` entry to every role built and version 0
   published), its parts (``startup_ray_s``, ``startup_roles_s``) and ``startup_process_s``
@@ -32,11 +35,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 BARE = """
-import json, time
+import json, sys, time
 t0 = time.time()
 import ray
 t1 = time.time()
-ray.init(address="local", include_dashboard=False)
+ray.init(address="local", include_dashboard=False, **json.loads(sys.argv[1]))
 t2 = time.time()
 
 @ray.remote(num_cpus=1)
@@ -54,9 +57,14 @@ ray.shutdown()
 """
 
 
-def bare_ray() -> dict[str, float]:
-    out = subprocess.run([sys.executable, "-c", BARE], capture_output=True, text=True, check=True, timeout=300,
-                         env={**os.environ, "RAY_ADDRESS": "local"})
+def bare_ray(tuned: bool = False) -> dict[str, float]:
+    """The baseline; ``tuned``: with the Ray settings kiloRL gives an embedded Ray (its socket
+    retries), so the difference to kiloRL is what kiloRL itself adds."""
+    from kilorl.trainer.cluster import EMBEDDED_RAY_CONFIG
+
+    kwargs = {"_system_config": EMBEDDED_RAY_CONFIG} if tuned else {}
+    out = subprocess.run([sys.executable, "-c", BARE, json.dumps(kwargs)], capture_output=True, text=True,
+                         check=True, timeout=300, env={**os.environ, "RAY_ADDRESS": "local"})
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -84,25 +92,28 @@ def main() -> int:
     import compileall
 
     compileall.compile_dir(str(REPO / "kilorl"), quiet=1)
-    bare, kilo = [], []
+    rows: dict[str, list[dict[str, float]]] = {"bare": [], "tuned": [], "kilorl": []}
+    run = {"bare": bare_ray, "tuned": lambda: bare_ray(tuned=True), "kilorl": lambda: kilorl(args.config)}
     for i in range(args.repeats):
-        for side in (("bare", "kilorl") if i % 2 == 0 else ("kilorl", "bare")):
-            if side == "bare":
-                bare.append(bare_ray())
-            else:
-                kilo.append(kilorl(args.config))
-            print(side, json.dumps((bare if side == "bare" else kilo)[-1]), file=sys.stderr, flush=True)
+        order = list(rows)[i % 3:] + list(rows)[:i % 3]  # each side takes every place in turn
+        for side in order:
+            rows[side].append(run[side]())
+            print(side, json.dumps(rows[side][-1]), file=sys.stderr, flush=True)
+    bare, tuned, kilo = rows["bare"], rows["tuned"], rows["kilorl"]
     med = {f"bare_{k}": statistics.median(r[k] for r in bare) for k in bare[0]}
+    med.update({f"bare_tuned_{k}": statistics.median(r[k] for r in tuned) for k in ("ray_s", "process_s")})
     med.update({f"kilorl_{k}": statistics.median(r[k] for r in kilo) for k in kilo[0]})
     print(f"| measure (median of {args.repeats}) | seconds |\n|---|---|")
     for k, v in med.items():
         print(f"| {k} | {v:.2f} |")
     excess = med["kilorl_startup_s"] - med["bare_ray_s"]
     excess_proc = med["kilorl_startup_process_s"] - med["bare_process_s"]
+    own = med["kilorl_startup_s"] - med["bare_tuned_ray_s"]
     print(f"\nkiloRL start-up minus bare ray.init()+first actor: {excess:+.2f} s (goal <= +1.5 s); "
           f"from process launch: {excess_proc:+.2f} s")
+    print(f"minus bare Ray with kiloRL's Ray settings (what kiloRL itself adds): {own:+.2f} s")
     if args.json_out:
-        args.json_out.write_text(json.dumps({"bare": bare, "kilorl": kilo, "medians": med}, indent=1))
+        args.json_out.write_text(json.dumps({**rows, "medians": med}, indent=1))
     return 0
 
 
