@@ -31,8 +31,8 @@ COPY_IN_MAX_BYTES = MAX_COPY
 larger, its model takes the store's memory as views (``fetch(share=True)``). Below it, a
 read on the node is a private copy from the worker's version board anyway, and copying
 that into the same tensors every time costs less than new tensors and ``load_state_dict``:
-10K parameters, 4 actors, 2 cores, p50 publish -> in the model 0.54 ms as views against
-0.49 ms copied in (``benchmarks/param_sync_bench.py``)."""
+10K parameters, 4 actors, 2 cores, p50 publish -> in the model 0.43 ms copied in against
+0.54 ms as views (``benchmarks/param_sync_bench.py --runs 6``, both ways in every run)."""
 
 
 class RolloutWorker(Actor):
