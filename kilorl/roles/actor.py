@@ -137,7 +137,7 @@ class RolloutWorker(Actor):
     def _scale(self, reward: np.ndarray) -> np.ndarray:
         env = self.cfg.env
         if env.normalize_reward:
-            reward = np.clip(reward / np.sqrt(self.ret_var + 1e-8), -env.clip_reward, env.clip_reward)
+            reward = np.clip(reward / np.sqrt(float(self.ret_var) + 1e-8), -env.clip_reward, env.clip_reward)  # in float64
         return reward.astype(np.float32)
 
     # ---- rollout ------------------------------------------------------------------------

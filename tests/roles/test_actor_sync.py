@@ -15,17 +15,22 @@ def _cfg():
     return tiny_config(env={"normalize_obs": True, "normalize_reward": True})
 
 
+def _actor_at_version_0():
+    """A learner that published version 0, and an actor (normalizers on) that took nothing yet."""
+    cfg = _cfg()
+    store = InMemoryParameterStore()
+    learner = LearnerRole(cfg, store)
+    learner.publish(0)
+    return store, learner, RolloutWorker(cfg, store, 0, seed=0)
+
+
 def _published(store, version):
     _, got = store.fetch(keys.POLICY, version)
     return {k: np.asarray(v) for k, v in got.items()}
 
 
 def test_each_version_is_copied_into_the_models_own_tensors_and_the_normalizer_statistics():
-    cfg = _cfg()
-    store = InMemoryParameterStore()
-    learner = LearnerRole(cfg, store)
-    learner.publish(0)
-    actor = RolloutWorker(cfg, store, 0, seed=0)
+    store, learner, actor = _actor_at_version_0()
     params = dict(actor.model.state_dict(keep_vars=True))
     ptrs = {k: t.data_ptr() for k, t in params.items()}
     stats = (actor.obs_mean, actor.obs_var, actor.ret_var)
@@ -46,11 +51,7 @@ def test_each_version_is_copied_into_the_models_own_tensors_and_the_normalizer_s
 
 
 def test_a_version_the_model_cannot_hold_in_place_is_loaded_as_new_tensors_from_then_on():
-    cfg = _cfg()
-    store = InMemoryParameterStore()
-    learner = LearnerRole(cfg, store)
-    learner.publish(0)
-    actor = RolloutWorker(cfg, store, 0, seed=0)
+    store, _, actor = _actor_at_version_0()
     actor.collect(0)
     wide = {k: v.astype(np.float64) if k.startswith(keys.MODEL) else v for k, v in _published(store, 0).items()}
     store.publish(keys.POLICY, 1, wide)  # float64 weights: not what the model's float32 tensors hold
