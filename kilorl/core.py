@@ -114,7 +114,9 @@ class ParameterStore(abc.ABC):
         ``layout``: the names to read (all of ``out`` when None), each into ``out[name]``,
         which must have the version's shape and dtype (``ValueError`` otherwise). A reader that keeps its model copies
         each version into the model's own tensors, with no new tensors and no
-        ``load_state_dict``. Stores override this with a copy straight from their buffers."""
+        ``load_state_dict``. Stores override this with a copy straight from their buffers.
+        A call that raises after the checks may leave ``out`` holding part of a version:
+        a reader uses ``out`` again only after a call that returned."""
         import torch
 
         got, tensors = self.fetch(name, version, list(out) if layout is None else list(layout))

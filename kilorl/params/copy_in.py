@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kilorl.store.client.board_reads import CopyInto
+
 if TYPE_CHECKING:
     import torch
 
@@ -37,6 +39,8 @@ class CopyIn:
         """(name, tensor, storage address, shape) of every destination, as checked when made."""
         self.runs = runs
         """(destination bytes, buffer index, buffer offset, length, destination offset)."""
+        self._board: CopyInto | None | bool = False
+        """The same runs as a copy straight out of the worker's arena (``on_board``), made once."""
 
     @classmethod
     def make(cls, cached: CachedPlan, segments: Sequence[tuple[int, Any]],
@@ -67,10 +71,26 @@ class CopyIn:
 
     def fits(self, cached: CachedPlan, segments: Sequence[tuple[int, Any]], out: Mapping[str, torch.Tensor]) -> bool:
         """Whether this read is of the same plan into the same tensors, unmoved and unresized."""
-        if cached is not self.cached or len(segments) != self.count:
-            return False
+        return cached is self.cached and len(segments) == self.count and self.holds(out)
+
+    def holds(self, out: Mapping[str, torch.Tensor]) -> bool:
+        """Whether ``out`` still has the tensors this was made for, unmoved and unresized."""
         return all(out.get(name) is dest and dest.data_ptr() == ptr and dest.shape == shape
                    for name, dest, ptr, shape in self.dests)
+
+    def on_board(self, name: str) -> tuple[list[tuple[str, Any]], CopyInto] | None:
+        """The reads of ``name`` and the copier that put them straight from the worker's arena
+        into the destinations (``StoreClient.read_into``); None for a plan of several requests."""
+        if self._board is False:
+            self._board = None
+            batches = self.cached.batches
+            if len(batches) == 1 and batches[0]:
+                where = [(r, off) for r, (_, ranges) in enumerate(batches[0], start=1) for off, _ in ranges]
+                runs = [(where[i][0], where[i][1] + at, view, to, n) for view, i, at, n, to in self.runs]
+                self._board = CopyInto(self.cached.record, runs)
+        if self._board is None:
+            return None
+        return self.cached.reads(name, 0), self._board
 
     def apply(self, segments: Sequence[tuple[int, Any]]) -> None:
         for view, i, at, n, to in self.runs:

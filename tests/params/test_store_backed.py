@@ -176,6 +176,49 @@ def test_a_board_read_gives_every_tensor_as_a_view_of_one_copy_even_one_a_shard_
         store.client.close()
 
 
+def test_a_reader_that_copies_in_takes_each_version_straight_from_the_arena_without_a_request(store_worker):
+    """After its first ``fetch_into``, a reader's ``wait`` asks the board for the version number
+    only and ``fetch_into`` copies the bytes from the worker's arena into the kept tensors (a
+    tensor the shard cut splits too): no request reads a byte."""
+    writer = StoreParameterStore(store_worker.client, num_shards=2)
+    reader = StoreParameterStore(store_worker.client, num_shards=2)
+    try:
+        out = {k: torch.zeros_like(t) for k, t in params(0).items()}
+        writer.publish("policy", 1, params(1))
+        assert reader.wait("policy", 1, timeout=30) == 1 and reader.fetch_into("policy", out) == 1  # plans
+        c = reader.client
+        requested = c.stats()["connection"]["bytes_read"] - c.board_bytes_read
+        board_reads, board_bytes = c.board_reads, c.board_bytes_read
+        for v in range(2, 6):
+            writer.publish("policy", v, params(v))
+            assert reader.wait("policy", v, timeout=30) == v
+            assert reader.fetch_into("policy", out) == v
+            assert all(torch.equal(out[k], t) for k, t in params(v).items())
+        assert c.board_reads == board_reads + 4  # one copy per version: the tensors' bytes, nothing else
+        assert c.board_bytes_read - board_bytes == 4 * sum(t.nbytes for t in out.values())
+        assert c.stats()["connection"]["bytes_read"] - c.board_bytes_read == requested
+    finally:
+        writer.client.close()
+        reader.client.close()
+
+
+def test_a_copy_planned_for_an_older_layout_is_not_taken_from_the_arena_the_new_layout_is_read(store):
+    """A writer that moves a tensor from the end to the front shifts every other tensor's bytes
+    under a commit record of the same length and the same shard bounds; the reader's runs,
+    planned for the old record, must not copy them."""
+    extra = torch.full((2500,), 9.0)
+    out = {k: torch.zeros_like(t) for k, t in params(0).items()}
+    store.publish("policy", 1, {**params(1), "x": extra})
+    assert store.fetch_into("policy", out) == 1
+    store.publish("policy", 2, {"x": extra, **params(2)})
+    assert store.layout("policy", 2)[1].bounds == store.layout("policy", 1)[1].bounds
+    assert store.fetch_into("policy", out) == 2
+    assert all(torch.equal(out[k], t) for k, t in params(2).items())
+    store.publish("policy", 3, {"x": extra, **params(3)})
+    assert store.fetch_into("policy", out) == 3  # planned again: straight from the arena once more
+    assert all(torch.equal(out[k], t) for k, t in params(3).items())
+
+
 def test_wait_blocks_until_a_newer_version_is_published(store, store_worker):
     store.publish("policy", 1, params(1))
     got: list[int] = []
@@ -196,16 +239,22 @@ def test_a_wait_past_its_timeout_raises_timeout_error(store):
         store.wait("policy", 5, timeout=0.2)
 
 
-def test_a_reader_racing_a_writer_always_gets_one_consistent_version(store, store_worker):
-    """Every tensor of a version is filled with the version number: a torn read would mix two."""
+@pytest.mark.parametrize("into", [False, True], ids=["fetch", "fetch_into"])
+def test_a_reader_racing_a_writer_always_gets_one_consistent_version(store, store_worker, into):
+    """Every tensor of a version is filled with the version number: a torn read would mix two
+    (``fetch_into`` copies straight from the arena into the same tensors every time)."""
     shapes = {"a": (256, 256), "b": (1000,), "c": (64, 3)}
     stop = threading.Event()
     seen: list[tuple[int, set[float]]] = []
 
     def read() -> None:
         reader = StoreParameterStore(store_worker.client, num_shards=3)
+        kept = {k: torch.zeros(s) for k, s in shapes.items()}
         while not stop.is_set():
-            v, t = reader.fetch("race")
+            if into:
+                v, t = reader.fetch_into("race", kept), kept
+            else:
+                v, t = reader.fetch("race")
             seen.append((v, {float(x) for x in torch.cat([x.reshape(-1) for x in t.values()]).unique()}))
         reader.client.close()
 

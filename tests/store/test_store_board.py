@@ -5,10 +5,11 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from kilorl.store import StoreError, StoreTimeout
-from kilorl.store.client.board_reads import MAX_COPY
+from kilorl.store.client.board_reads import MAX_COPY, CopyInto
 from kilorl.store.local.config import WorkerConfig
 from kilorl.store.local.objects import ObjectStore
 from kilorl.store.local.versions import version_key
@@ -76,6 +77,79 @@ def test_a_reader_waiting_on_the_board_of_a_killed_worker_gets_an_error_not_a_ha
     w.kill9()
     t.join(20)
     assert not t.is_alive() and isinstance(errors[0], (StoreError, OSError))
+
+
+def test_a_reader_copies_a_named_version_straight_into_its_own_arrays(client):
+    data = bytes(range(250)) * 20
+    client.publish_many([("m/part", data, 1), ("m", b"record-1", 1)])
+    reads = [("m", None), ("m/part", [(10, 20), (4990, 10)])]
+    dest = np.zeros(30, np.uint8)
+    assert client.read_into(reads, CopyInto(b"record-1", [(1, 10, dest, 0, 20), (1, 4990, dest, 20, 10)])) == 1
+    assert bytes(dest) == data[10:30] + data[4990:5000] and client.board_reads == 1
+    assert client.stats()["connection"]["bytes_read"] == 30  # the board's bytes; no request read any
+
+
+def test_a_copy_into_is_refused_for_another_version_or_layout_and_never_waits(client):
+    client.publish_many([("m/part", b"p" * 100, 1), ("m", b"record-1", 1)])
+    reads = [("m", None), ("m/part", [(0, 100)])]
+    dest = np.zeros(100, np.uint8)
+    into = CopyInto(b"record-1", [(1, 0, dest, 0, 100)])
+    t0 = time.monotonic()
+    assert client.read_into(reads, into, min_version=2) is None  # version 1 is all there is
+    assert time.monotonic() - t0 < 1
+    assert client.read_into(reads, into, version=2) is None
+    assert client.read_into(reads, CopyInto(b"record-0", [(1, 0, dest, 0, 100)])) is None  # another commit record
+    assert client.read_into(reads, CopyInto(b"record-1", [(1, 50, dest, 0, 100)])) is None  # past the part's end
+    assert not dest.any() and client.board_reads == 0
+
+
+def test_a_version_replaced_during_a_copy_into_is_never_reported_read(worker):
+    """A destination that publishes the next version as it is written: the copy it took is
+    checked against the slots afterwards and refused, pinned to its version or not."""
+    reader, writer = worker.client(), worker.client()
+    versions = iter(range(2, 1000))
+
+    def publish(v: int) -> None:
+        writer.publish_many([("m/part", bytes([v]) * 100, v), ("m", b"record", v)], on_board=True)
+
+    class Republishing(np.ndarray):
+        def __setitem__(self, key, value):
+            super().__setitem__(key, value)
+            publish(next(versions))
+
+    try:
+        publish(1)
+        reads = [("m", None), ("m/part", [(0, 100)])]
+        racing = np.zeros(100, np.uint8).view(Republishing)
+        assert reader.read_into(reads, CopyInto(b"record", [(1, 0, racing, 0, 100)]), version=1) is None
+        assert reader.read_into(reads, CopyInto(b"record", [(1, 0, racing, 0, 100)]), min_version=1) is None
+        assert reader.board_reads == 0
+        calm = np.zeros(100, np.uint8)
+        newest = next(versions) - 1
+        assert reader.read_into(reads, CopyInto(b"record", [(1, 0, calm, 0, 100)]), min_version=1) == newest
+        assert bytes(calm) == bytes([newest]) * 100
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_a_wait_for_a_version_number_wakes_when_it_is_published_and_runs_out_otherwise(worker):
+    reader, writer = worker.client(), worker.client()
+    try:
+        writer.publish("w", b"one", version=1)
+        got: list[int] = []
+        t = threading.Thread(target=lambda: got.append(reader.wait_version("w", 2, timeout=30)))
+        t.start()
+        t.join(0.3)
+        assert t.is_alive() and not got
+        writer.publish("w", b"two", version=2)
+        t.join(30)
+        assert got == [2]
+        with pytest.raises(StoreTimeout):
+            reader.wait_version("w", 3, timeout=0.2)
+    finally:
+        reader.close()
+        writer.close()
 
 
 def test_a_copy_checked_against_a_slot_rewritten_meanwhile_is_refused():

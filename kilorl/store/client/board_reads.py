@@ -7,6 +7,10 @@ where the board is authoritative (a worker alone) or a ``min_version`` is asked 
 waits on the board's futex, checking with the worker every ``CHECK_S`` that the version it
 waits for is not held elsewhere (a mesh whose publisher writes to another worker). Anything
 else returns None and the caller sends the request.
+
+What it reads once the version is there is a ``Copier``: by default a copy of every read into
+one new buffer (``get_versions``); the version number alone (``head_only``: a wait); or the
+bytes straight into a reader's own arrays (``CopyInto``: ``read_into``).
 """
 
 from __future__ import annotations
@@ -34,13 +38,20 @@ TRIES = 4
 """Copies discarded in a row (the version was replaced under the read) before falling back."""
 
 Reads = list[tuple[str, list[tuple[int, int]] | None]]
+Copier = Callable[[BoardReader, memoryview, Reads, Entry], tuple[Versioned, int] | None]
+"""Copies ``reads`` at the version of the anchor's slot ``head``: ``(result, bytes copied)``,
+or None when the slots changed under the copy (or a part is not named at that version)."""
 
 
 def board_read(board: BoardReader, arena: memoryview, reads: Reads, version: int | None,
                min_version: int | None, timeout: float | None,
                latest: Callable[[str], int | None],
-               connected: Callable[[], bool]) -> tuple[tuple[Versioned, int] | None, float | None]:
-    """``((result, bytes copied) or None, the timeout left for the request that replaces a None)``."""
+               connected: Callable[[], bool],
+               copy: Copier | None = None) -> tuple[tuple[Versioned, int] | None, float | None]:
+    """``((result, bytes copied) or None, the timeout left for the request that replaces a None)``.
+
+    ``copy``: what is read once the version is there (default: every read into one new buffer)."""
+    copy = _copy if copy is None else copy
     anchor = reads[0][0]
     if not connected():  # a board outlives its worker: the request finds out what happened
         return None, timeout
@@ -67,7 +78,7 @@ def board_read(board: BoardReader, arena: memoryview, reads: Reads, version: int
                 if not wanted:
                     return None, timeout
             if wanted:
-                got = _copy(board, arena, reads, head)
+                got = copy(board, arena, reads, head)
                 if got is not None:
                     return got, None
                 tries += 1
@@ -159,3 +170,51 @@ def _copy(board: BoardReader, arena: memoryview, reads: Reads, head: Entry) -> t
     if not board.unchanged_at(slots):
         return None
     return Versioned(version, values), copied
+
+
+def head_only(board: BoardReader, arena: memoryview, reads: Reads, head: Entry) -> tuple[Versioned, int]:
+    """The version number alone (a wait that needs no bytes)."""
+    return Versioned(head.version, None), 0
+
+
+class CopyInto:
+    """A copier straight from the arena into the reader's own arrays, for a reader that puts
+    every version into the same memory (``kilorl.params.copy_in``): no buffer in between.
+
+    The anchor must hold ``record`` (e.g. the commit record the runs were planned against);
+    ``runs`` are ``(read index, offset in that value, destination uint8 array, destination
+    offset, length)``. The slots are checked after the copy, as for every board read; a copy
+    they refuse has written the destinations all the same, so a reader that gets None (or
+    an error) must copy a whole version into them again before it uses them."""
+
+    def __init__(self, record: bytes, runs: list[tuple[int, int, np.ndarray, int, int]]) -> None:
+        self.record = record
+        self.runs = runs
+        self.extent: dict[int, int] = {}
+        """Per read index: the bytes its value must have for every run to fit."""
+        for i, at, _, _, n in runs:
+            self.extent[i] = max(self.extent.get(i, 0), at + n)
+        self.nbytes = sum(n for *_, n in runs)
+
+    def __call__(self, board: BoardReader, arena: memoryview, reads: Reads, head: Entry) -> tuple[Versioned, int] | None:
+        if not head.flags & RAW or head.size != len(self.record):
+            return None
+        if bytes(arena[head.offset:head.offset + head.size]) != self.record:
+            return None  # another layout: the caller plans again
+        version = head.version
+        slots = [(board.position(reads[0][0]), head.seq)]
+        offsets = [head.offset]
+        for name, _ in reads[1:]:
+            got = board.raw_entry(name)
+            if got is None:
+                return None
+            at, seq, v, offset, size, flags = got
+            if seq & 1 or v != version or size < self.extent.get(len(offsets), 0):
+                return None
+            slots.append((at, seq))
+            offsets.append(offset)
+        for i, at, dest, to, n in self.runs:
+            dest[to:to + n] = np.frombuffer(arena, np.uint8, n, offsets[i] + at)
+        if not board.unchanged_at(slots):
+            return None
+        return Versioned(version, None), self.nbytes

@@ -23,7 +23,7 @@ import numpy as np
 
 from kilorl.store.client import board_writes
 from kilorl.store.client.batches import publish_batch
-from kilorl.store.client.board_reads import board_read
+from kilorl.store.client.board_reads import CopyInto, board_read, head_only
 from kilorl.store.client.board_writes import BoardPublisher
 from kilorl.store.client.streams import Consumer, Producer
 from kilorl.store.client.types import Versioned, WriteMode, resolve_token
@@ -32,6 +32,7 @@ from kilorl.store.errors import (
     InvalidRequest,
     ProtocolError,
     StoreError,
+    StoreTimeout,
     WorkerLeaving,
     error_from_code,
 )
@@ -503,9 +504,35 @@ class StoreClient:
         return self._retrying(once)
 
     def wait_version(self, name: str, min_version: int, timeout: float | None = None) -> int:
-        """Blocks until ``name`` reaches ``min_version`` (or ``timeout``); returns the latest."""
+        """Blocks until ``name`` reaches ``min_version`` (or ``timeout``); returns the latest
+        (on the worker's host: the board's, when it names ``name`` at ``min_version`` or later)."""
+        if self.board is not None and self.arena is not None:
+            got, timeout = board_read(self.board, self.arena.view, [(name, None)], None, min_version, timeout,
+                                      self.latest_version, self._connected, head_only)
+            if got is not None:
+                return got[0].version
         header = {"op": "wait_version", "name": name, "min_version": min_version, "timeout": timeout}
         return self._retrying(lambda: self._call(dict(header)))[0]["version"]
+
+    def read_into(self, reads: list[tuple[str, list[tuple[int, int]] | None]], into: CopyInto,
+                  version: int | None = None, min_version: int | None = None) -> int | None:
+        """``reads`` copied straight from this host's arena into a reader's arrays (``into``):
+        the version, or None where the board cannot serve it now (not on the worker's host,
+        another version or layout, a version replaced under the copy). After None the arrays
+        may hold part of a version: read a whole one the usual way. Never waits: a version
+        below ``min_version`` is a None."""
+        if self.board is None or self.arena is None:
+            return None
+        try:
+            got, _ = board_read(self.board, self.arena.view, reads, version, min_version, 0.0,
+                                self.latest_version, self._connected, into)
+        except StoreTimeout:
+            return None
+        if got is None:
+            return None
+        self.board_reads += 1
+        self.board_bytes_read += got[1]
+        return got[0].version
 
     # -- streams -------------------------------------------------------------------------
     def producer(self, stream: str, capacity: int | None = None) -> Producer:
