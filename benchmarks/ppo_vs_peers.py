@@ -489,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         if key == "cartpole" and summary.get("ratio", {}).get("time") is not None:
             met = summary["ratio"]["time"] <= 0.6
-            print(f"Goal (issue 2): kiloRL/SB3 median time ratio <= 0.6 on CartPole (excl. start-up): "
+            print(f"Goal: kiloRL/SB3 median time ratio <= 0.6 on CartPole (excl. start-up): "
                   f"{'met' if met else 'NOT met'} ({summary['ratio']['time']:.2f}).\n", flush=True)
     if args.json_out:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
