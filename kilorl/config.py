@@ -139,6 +139,41 @@ class CheckpointConfig(_Section):
     """How many checkpoints to keep in the run directory."""
 
 
+class EvaluationConfig(_Section):
+    """Evaluation during training: whole episodes with the learner's current policy, on
+    their own environment, so the run can stop on (and keep) a policy that holds rather
+    than on a rolling training return that lags it."""
+
+    every_env_steps: int | None = Field(default=None, gt=0)
+    """Evaluate every this many env steps (None: never during training)."""
+    episodes: int = Field(default=10, ge=1)
+    """Episodes per evaluation."""
+    deterministic: bool = True
+    """Take the policy's mode (False: sample, from an RNG of its own)."""
+    seed: int = 2_000_000
+    """Seed of each evaluation's first episode (episode k uses seed + k). Apart from
+    ``kilorl eval``'s default (1,000,000), so the episodes a run picks its policy on are
+    not the ones it is judged on afterwards."""
+    stop_return: float | None = None
+    """Stop once ``stop_consecutive`` evaluations in a row reach this mean return; the
+    final checkpoint is then the policy last evaluated (None: evaluate and report only)."""
+    stop_consecutive: int = Field(default=1, ge=1)
+    """Evaluations in a row that must reach ``stop_return``. One evaluation of a policy
+    that is still moving can be lucky; two in a row rarely are (docs/benchmarks.md)."""
+    keep_best: bool = False
+    """Keep the best evaluated policy so far (ties go to the later one) in
+    ``checkpoints/best``: the run's result and what ``kilorl eval RUN_DIR`` plays. A resume
+    still continues from the newest checkpoint."""
+
+    @model_validator(mode="after")
+    def _needs_a_cadence(self) -> EvaluationConfig:
+        if self.every_env_steps is None:
+            for field, unset in (("stop_return", None), ("keep_best", False)):
+                if getattr(self, field) != unset:
+                    raise ValueError(f"evaluation.{field} needs evaluation.every_env_steps")
+        return self
+
+
 class LoggingConfig(_Section):
     report_every_s: float = Field(default=2.0, ge=0)
     """Minimum seconds between metric reports (0: one report per learner update)."""
@@ -169,6 +204,8 @@ class Config(_Section):
     dense fp32 buckets). Only matters with more than one learner."""
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     """Checkpoint cadence."""
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    """Evaluation episodes during training, and stopping on their return."""
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     """Metrics and progress reporting."""
     store: StoreSection = Field(default_factory=StoreSection)

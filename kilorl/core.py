@@ -163,6 +163,10 @@ class Learner(abc.ABC):
     def checkpoint_files(self) -> CheckpointFiles:
         """``state()`` as checkpoint file contents, which the trainer writes."""
 
+    @abc.abstractmethod
+    def evaluate(self, episodes: int, seed: int, deterministic: bool = True) -> list[float]:
+        """Returns of ``episodes`` whole episodes (seeds ``seed + k``) with the current policy."""
+
 
 # ---- algorithms: what the generic roles call ---------------------------------------------
 class StepRecorder(abc.ABC):

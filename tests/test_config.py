@@ -70,6 +70,17 @@ def test_minibatches_must_divide_the_batch():
         config_from_dict({"env": {"id": "CartPole-v1"}, "algo": {"num_minibatches": 3}})
 
 
+def test_stopping_on_evaluation_needs_an_evaluation_cadence():
+    with pytest.raises(ConfigError, match="evaluation.stop_return needs evaluation.every_env_steps"):
+        config_from_dict({"env": {"id": "CartPole-v1"}, "evaluation": {"stop_return": 490}})
+    with pytest.raises(ConfigError, match="evaluation.keep_best needs evaluation.every_env_steps"):
+        config_from_dict({"env": {"id": "CartPole-v1"}, "evaluation": {"keep_best": True}})
+    with pytest.raises(ConfigError, match="evaluation.stop_consecutive"):
+        config_from_dict({"env": {"id": "CartPole-v1"}, "evaluation": {"every_env_steps": 1000, "stop_consecutive": 0}})
+    with pytest.raises(ConfigError, match="evaluation.episodes"):
+        config_from_dict({"env": {"id": "CartPole-v1"}, "evaluation": {"every_env_steps": 1000, "episodes": 0}})
+
+
 def test_overrides_parse_yaml_values():
     data = apply_overrides({"env": {"id": "x"}}, ["algo.lr=1e-3", "model.hidden_sizes=[32, 16]", "env.normalize_obs=true"])
     assert data["algo"]["lr"] == pytest.approx(1e-3)

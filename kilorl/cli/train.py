@@ -60,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     ret = "n/a" if result.episode_return_mean is None else f"{result.episode_return_mean:.1f}"
     print(f"done: {result.env_steps} env steps in {result.wall_time:.1f}s (startup {result.startup_s:.1f}s), "
-          f"return (last {trainer.cfg.logging.return_window} episodes) {ret}")
+          f"return (last {trainer.cfg.logging.return_window} episodes) {ret}"
+          + ("" if result.eval_return_mean is None else f", last evaluation {result.eval_return_mean:.1f}"))
     print(f"run dir: {result.run_dir}\ncheckpoint: {result.checkpoint}")
     return 0
 

@@ -21,6 +21,7 @@ from kilorl.comm import init_process_group
 from kilorl.core import CheckpointFiles, GradientSync, Learner, ParameterStore, Rollout
 from kilorl.envs import make_env
 from kilorl.roles.checkpoint_format import checkpoint_files
+from kilorl.roles.evaluation import EpisodeRunner
 from kilorl.roles.grad_sync import make_grad_sync
 from kilorl.roles.heap import retain_freed_memory
 
@@ -79,7 +80,7 @@ class LearnerRole(Learner):
             if master is None:
                 raise ValueError("several learners need a master address for the process group")
             init_process_group(backend, rank, world, *master)
-        self.rank, self.world, self.store = rank, world, store
+        self.cfg, self.rank, self.world, self.store = cfg, rank, world, store
         self.max_staleness = cfg.sync.staleness(cfg.train.pipeline_depth)
         obs_space, action_space = env_spaces(cfg)  # probed here, in parallel with the actors' start
         self.grad_sync = grad_sync or make_grad_sync(cfg, world)
@@ -90,6 +91,7 @@ class LearnerRole(Learner):
             _, tensors = store.fetch(keys.POLICY, weights_version)
             self.algorithm.load_weights({k: t.numpy() for k, t in tensors.items()})
         self._warm_up: threading.Thread | None = None
+        self._episodes: EpisodeRunner | None = None
 
     def publish(self, version: int) -> None:
         if self.rank == 0:
@@ -127,6 +129,13 @@ class LearnerRole(Learner):
     def checkpoint_files(self) -> CheckpointFiles:
         """``state()`` as the checkpoint's bytes, made here where torch is (the driver has none)."""
         return checkpoint_files(self.state())
+
+    def evaluate(self, episodes: int, seed: int, deterministic: bool = True) -> list[float]:
+        """Episodes with the current policy on an environment of the learner's own, built at
+        the first call; the training state (weights, RNG) is left as it was."""
+        if self._episodes is None:
+            self._episodes = EpisodeRunner(self.cfg)
+        return self._episodes.returns(self.algorithm.state(), episodes, seed, deterministic)
 
     def weights_digest(self) -> float:
         """A cheap fingerprint of the weights (tests check that ranks agree)."""

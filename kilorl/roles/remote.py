@@ -149,5 +149,8 @@ class LearnerProcess(Learner):
     def checkpoint_files(self) -> CheckpointFiles:
         return self._role.checkpoint_files()
 
+    def evaluate(self, episodes: int, seed: int, deterministic: bool = True) -> list[float]:
+        return self._role.evaluate(episodes, seed, deterministic)
+
     def weights_digest(self) -> float:
         return self._role.weights_digest()

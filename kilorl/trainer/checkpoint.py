@@ -23,22 +23,36 @@ from kilorl.core import CheckpointFiles
 from kilorl.roles.checkpoint_format import MODEL_FILE, STATE_FILE, checkpoint_files, unflatten_optimizer
 
 PREFIX = "step_"
+BEST = "best"
+"""The checkpoint directory that ``evaluation.keep_best`` writes and replaces."""
 
 
-def write_checkpoint(run_dir: Path, ckpt: CheckpointFiles, meta: dict[str, Any], keep: int = 3) -> Path:
-    """Write a checkpoint for ``meta['env_steps']`` from its files' bytes; keep the newest ``keep``."""
+def write_checkpoint(run_dir: Path, ckpt: CheckpointFiles, meta: dict[str, Any], keep: int = 3,
+                     name: str | None = None) -> Path:
+    """Write a checkpoint for ``meta['env_steps']`` from its files' bytes; keep the newest ``keep``.
+
+    ``name``: a fixed directory name instead of ``step_<env_steps>`` (``best``), replaced in
+    place and outside the rotation.
+    """
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"{PREFIX}{int(meta['env_steps']):012d}"
+    final = root / (name or f"{PREFIX}{int(meta['env_steps']):012d}")
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    for name, data in ckpt.files.items():
-        (tmp / name).write_bytes(data)
+    for file_name, data in ckpt.files.items():
+        (tmp / file_name).write_bytes(data)
     (tmp / "meta.json").write_text(json.dumps({**meta, **ckpt.meta}, indent=1))
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    if final.exists():  # aside first: until the new one is in place, the old one is still whole
+        aside = root / f".old-{final.name}-{os.getpid()}"
+        shutil.rmtree(aside, ignore_errors=True)
+        os.replace(final, aside)
+        os.replace(tmp, final)
+        shutil.rmtree(aside)
+    else:
+        os.replace(tmp, final)
+    if name is not None:
+        return final
     for old in sorted(p for p in root.iterdir() if p.name.startswith(PREFIX))[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
@@ -57,12 +71,19 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
+def best_checkpoint(run_dir: Path) -> Path | None:
+    """The run's ``evaluation.keep_best`` checkpoint, if it wrote one."""
+    path = Path(run_dir) / "checkpoints" / BEST
+    return path if (path / "meta.json").is_file() else None
+
+
 def resolve_checkpoint(path: Path) -> Path:
-    """Accept a checkpoint directory or a run directory (its newest checkpoint)."""
+    """Accept a checkpoint directory or a run directory: its ``best`` checkpoint when the run
+    kept one (``evaluation.keep_best``), else its newest."""
     path = Path(path)
     if (path / "meta.json").is_file() and (path / MODEL_FILE).is_file():
         return path
-    ckpt = latest_checkpoint(path)
+    ckpt = best_checkpoint(path) or latest_checkpoint(path)
     if ckpt is None:
         raise FileNotFoundError(f"{path}: neither a checkpoint nor a run directory with checkpoints")
     return ckpt
@@ -95,10 +116,16 @@ class Checkpointer:
         self.run_dir, self.every, self.keep, self.config_json = Path(run_dir), every_env_steps, keep, config_json
         self.next_due = (env_steps // every_env_steps + 1) * every_env_steps if every_env_steps else None
         self.last_path: Path | None = None
+        self.best_path: Path | None = None
         self.last_steps = -1
 
     def due(self, env_steps: int) -> bool:
         return self.next_due is not None and env_steps >= self.next_due
+
+    def save_best(self, ckpt: CheckpointFiles, meta: dict[str, Any]) -> Path:
+        """Write ``checkpoints/best`` (outside the cadence and the rotation)."""
+        self.best_path = write_checkpoint(self.run_dir, ckpt, {**meta, "config": self.config_json}, name=BEST)
+        return self.best_path
 
     def save(self, ckpt: CheckpointFiles, meta: dict[str, Any]) -> Path:
         """Write the learner's checkpoint files with the run's counters and config."""

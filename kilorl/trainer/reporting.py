@@ -47,7 +47,7 @@ class Reporter:
             self.episodes += len(info["episode_returns"])
         solved = self.solved()
         now = time.time()
-        if now - self.last_t >= self.cfg.logging.report_every_s or it.last or solved:
+        if now - self.last_t >= self.cfg.logging.report_every_s or it.last or solved or "eval_return_mean" in it.stats:
             self.metrics.report(self._row(it, now))
             self.last_t, self.last_steps = now, it.env_steps
         return solved

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from kilorl.trainer.checkpoint import Checkpointer
+    from kilorl.trainer.evaluation import EvaluationSchedule
     from kilorl.trainer.loop import OnPolicyLoop
     from kilorl.trainer.migration import Migrator
     from kilorl.trainer.reporting import Reporter
@@ -36,10 +37,15 @@ class TrainResult:
     env_steps: int
     episode_return_mean: float | None
     checkpoint: Path | None
+    """The run's result: its best evaluated policy with ``evaluation.keep_best``, else its final state."""
     wall_time: float
     startup_s: float
     stopped: str | None = None
     """Why the run stopped before its env-step budget (a role that could not be moved), else None."""
+    eval_return_mean: float | None = None
+    """The last evaluation's mean return (``evaluation``), None when the run made none."""
+    best_eval_return_mean: float | None = None
+    """The best evaluation's mean return (the ``best`` checkpoint's, with ``keep_best``)."""
 
 
 def default_run_dir(cfg: Config) -> Path:
@@ -102,7 +108,6 @@ class Trainer:
     def fit(self) -> TrainResult:
         """Train to the end; a learner process that dies makes the run restore its last
         checkpoint and go on, at most ``LEARNER_MAX_RESTORES`` times."""
-        from kilorl.trainer.checkpoint import load_checkpoint
         from kilorl.trainer.session import needs_local_store, start_local_store
 
         cfg = self.cfg
@@ -110,7 +115,7 @@ class Trainer:
             warnings.warn(message, UserWarning, stacklevel=2)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(dump_config(cfg))
-        state, meta = load_checkpoint(self._resume_from) if self._resume_from is not None else (None, {})
+        state, meta = self._starting_state()
         if self._resume_from is None or not cfg.sync.durable:
             # versions kept by an earlier run in this directory are not this run's to continue from
             shutil.rmtree(self.l2_dir, ignore_errors=True)
@@ -124,6 +129,19 @@ class Trainer:
         finally:
             if fleet is not None:  # the session closed it already, unless the run failed before one began
                 fleet.close()
+
+    def _starting_state(self) -> tuple[dict | None, dict]:
+        """A resume's newest checkpoint (never ``best``: training goes on from where it was);
+        a fresh run clears a ``best`` an earlier run left in its directory."""
+        from kilorl.trainer.checkpoint import BEST, latest_checkpoint, load_checkpoint
+
+        if self._resume_from is None:
+            shutil.rmtree(self.run_dir / "checkpoints" / BEST, ignore_errors=True)
+            return None, {}
+        last = latest_checkpoint(self._resume_from)
+        if last is None:
+            raise FileNotFoundError(f"{self._resume_from}: no checkpoint to resume from")
+        return load_checkpoint(last)
 
     def _restoring(self, state: dict | None, meta: dict, fleet: Any) -> TrainResult:
         """Sessions until the run ends: a lost learner restores the last checkpoint, at most
@@ -156,7 +174,8 @@ class Trainer:
     def _session(self, state: dict | None, meta: dict, t_start: float, fleet: Any = None) -> TrainResult:
         """One set of roles from ``state`` to the end of the run (or a lost learner); ``fleet``:
         a store worker started for it (the session closes it)."""
-        from kilorl.trainer.checkpoint import Checkpointer
+        from kilorl.trainer.checkpoint import Checkpointer, best_checkpoint
+        from kilorl.trainer.evaluation import EvaluationSchedule
         from kilorl.trainer.loop import OnPolicyLoop
         from kilorl.trainer.metrics import MetricsWriter
         from kilorl.trainer.reporting import Reporter
@@ -176,18 +195,21 @@ class Trainer:
             metrics = MetricsWriter(self.run_dir, cfg.train.total_env_steps, cfg.logging.tensorboard, cfg.logging.progress)
             startup = {"startup_s": startup_s, "startup_process_s": _process_age(), **roles.times.as_row()}
             reporter = Reporter(cfg, metrics, {**meta, "env_steps": env_steps}, t_start, startup)
+            evals = EvaluationSchedule.for_run(cfg.evaluation, env_steps, self.run_dir)
             stopped: list[str] = []
             try:
                 env_steps, iteration = self._train(roles, OnPolicyLoop(cfg, roles, iteration, env_steps), reporter,
-                                                   ckpt, stopped)
+                                                   ckpt, evals, stopped)
             finally:
                 metrics.close()
-        return TrainResult(self.run_dir, env_steps, reporter.return_mean, ckpt.last_path, reporter.wall_time(), startup_s,
-                           stopped[0] if stopped else None)
+        result = best_checkpoint(self.run_dir) if cfg.evaluation.keep_best else None
+        return TrainResult(self.run_dir, env_steps, reporter.return_mean, result or ckpt.last_path, reporter.wall_time(),
+                           startup_s, stopped[0] if stopped else None, evals.last_mean, evals.best_mean)
 
     def _train(self, roles: RoleSession, loop: OnPolicyLoop, reporter: Reporter, ckpt: Checkpointer,
-               stopped: list[str]) -> tuple[int, int]:
-        """The training step: iterate the data path, report, move leaking roles, checkpoint when due and at the end."""
+               evals: EvaluationSchedule, stopped: list[str]) -> tuple[int, int]:
+        """The training step: iterate the data path, evaluate and report, move leaking roles,
+        checkpoint when due and at the end (a stop on ``stop_return`` saves the policy it measured)."""
         import ray
 
         def save() -> Path:
@@ -199,7 +221,13 @@ class Trainer:
         try:
             for it in loop:
                 env_steps, iteration = it.env_steps, it.iteration
-                solved = reporter.observe(it)
+                if evals.due(env_steps):
+                    it.stats.update(evals.run(roles.learners[0], env_steps))
+                    if evals.improved and self.cfg.evaluation.keep_best:
+                        files = ray.get(roles.learners[0].checkpoint_files.remote())
+                        ckpt.save_best(files, {**reporter.checkpoint_meta(env_steps, iteration),
+                                               "eval_return_mean": evals.last_mean})
+                solved = reporter.observe(it) or evals.reached()
                 if ckpt.due(env_steps):
                     save()
                 if solved:
