@@ -30,25 +30,25 @@ torch.set_num_threads(1)
 from kilorl.algos import get, keys
 from kilorl.config import load_config
 from kilorl.core import Rollout
-from kilorl.roles.actor import RolloutWorker
+from kilorl.roles.env_runner import EnvRunner
 from kilorl.roles.grad_sync import make_grad_sync
-from kilorl.roles.learner import env_spaces
+from kilorl.algos.api import RolloutBatch
+from kilorl.roles.learner import build_algorithm
 from kilorl.roles.parameter_store import InMemoryParameterStore
 
 calls = int(sys.argv[2])
 cfg = load_config(sys.argv[1], [])
-spaces = env_spaces(cfg)
-learner = get("ppo").load("learner")(cfg, *spaces, make_grad_sync(cfg, 1))
+learner = build_algorithm(cfg, make_grad_sync(cfg, 1))
 T, N = cfg.algo.rollout_length, cfg.parallelism.envs_per_actor
 rng = np.random.default_rng(0)
 steps = {keys.OBS: rng.standard_normal((T, N, 4)).astype(np.float32),
          keys.ACTIONS: rng.integers(0, 2, (T, N)).astype(np.int64), keys.REWARDS: np.ones((T, N), np.float32),
-         keys.DONES: (rng.random((T, N)) < 0.02).astype(np.float32),
+         keys.TERMINATED: rng.random((T, N)) < 0.02, keys.TRUNCATED: np.zeros((T, N), bool),
          keys.VALUES: rng.standard_normal((T, N)).astype(np.float32), keys.LOGP: np.full((T, N), -0.69, np.float32)}
 rollout = Rollout(steps=steps, last={keys.LAST_VALUES: np.zeros(N, np.float32)}, moments={}, version=0)
 store = InMemoryParameterStore()
 store.publish(keys.POLICY, 0, learner.weights())
-actor = RolloutWorker(cfg, store, 0, 1)
+actor = EnvRunner(cfg, store, 0, 1)
 
 def best(fn):
     for _ in range(3):
@@ -58,7 +58,8 @@ def best(fn):
         t = time.perf_counter(); fn(); times.append(time.perf_counter() - t)
     return min(times) * 1e3
 
-print(json.dumps({"update_ms": best(lambda: learner.update(rollout, 1000)), "collect_ms": best(lambda: actor.collect(0))}))
+batch = RolloutBatch(rollout)
+print(json.dumps({"update_ms": best(lambda: learner.update(batch, 1000)), "collect_ms": best(lambda: actor.collect(0))}))
 """
 
 

@@ -11,7 +11,7 @@ policy and ``--actors`` Ray actors on this node:
   that are views of the store's memory (for a small policy, a private copy from the version
   board), and the model takes them as its tensors.
 
-kiloRL's actors copy in up to ``kilorl.roles.actor.COPY_IN_MAX_BYTES`` (1 MiB) and take views
+kiloRL's actors copy in up to ``kilorl.roles.env_runner.COPY_IN_MAX_BYTES`` (1 MiB) and take views
 above it; the "speed vs Ray" line compares Ray with what the actors do at that size.
 - **Ray broadcast**, as RLlib syncs weights: ``ray.put`` once, every actor's method gets the
   reference (``ray.get``) and calls ``load_state_dict``.
@@ -107,7 +107,7 @@ COPIED, VIEWS = "kiloRL store, copied in", "kiloRL store, zero-copy views"
 
 def actors_share(shapes: list[tuple[int, ...]]) -> bool:
     """Whether kiloRL's actors take a policy of these float32 shapes as views (else: copy in)."""
-    from kilorl.roles.actor import COPY_IN_MAX_BYTES
+    from kilorl.roles.env_runner import COPY_IN_MAX_BYTES
 
     return sum(4 * int(np.prod(s)) for s in shapes) > COPY_IN_MAX_BYTES
 

@@ -65,6 +65,8 @@ class ModelConfig(_Section):
     """Initial log standard deviation of the Gaussian policy (continuous actions)."""
     ortho_init: bool = True
     """Orthogonal initialization (gain sqrt(2) hidden, 0.01 policy head, 1 value head)."""
+    dueling: bool = False
+    """Q networks only (``algo.name: dqn``): separate value and advantage streams in the head."""
 
     @model_validator(mode="after")
     def _positive_widths(self) -> ModelConfig:
@@ -225,18 +227,35 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _batch_fits_the_algorithm(self) -> Config:
-        self.algo.check_batch(self.batch_size, self.train.gradient_accumulation_steps)
+        self.algo.check_batch(self.rollout_steps, self.train.gradient_accumulation_steps)
         self.sync.check(self.train.pipeline_depth)
+        self._algorithm_fits_the_sections()
         return self
+
+    def _algorithm_fits_the_sections(self) -> None:
+        """Options of other sections that the algorithm's data path or model cannot honour."""
+        spec = algo_spec(self.algo.name)
+        if self.model.dueling and spec.model == "kilorl.models:build_actor_critic":
+            raise ValueError(f"model.dueling: algo.name={self.algo.name} uses an actor-critic network, which has "
+                             "no dueling head (a Q-learning algorithm such as dqn has)")
+        if spec.data_path == "replay":
+            for field in ("normalize_obs", "normalize_reward"):
+                if getattr(self.env, field):
+                    raise ValueError(f"env.{field}: not supported with algo.name={self.algo.name} (replay data path): "
+                                     "stored transitions would keep the statistics of the moment they were added")
+        if self.algo.discount is None and self.env.normalize_reward:
+            raise ValueError(f"env.normalize_reward: algo.name={self.algo.name} declares no discount to scale by")
 
     @property
     def iterations(self) -> int:
         """Learner updates the run takes (the last rollout may overshoot total_env_steps)."""
-        return -(-self.train.total_env_steps // self.batch_size)
+        return -(-self.train.total_env_steps // self.rollout_steps)
 
     @property
-    def batch_size(self) -> int:
-        return self.parallelism.actor * self.parallelism.envs_per_actor * self.algo.rollout_length
+    def rollout_steps(self) -> int:
+        """Env steps one iteration consumes (on-policy: a rollout from every env runner;
+        replay: one rollout per learner), as the algorithm's section says."""
+        return self.algo.iteration_env_steps(self.parallelism)
 
 
 _MOVED = {("parallelism", "pipeline_depth"): "train.pipeline_depth"}
@@ -283,6 +302,23 @@ def _field_name(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "<root>"
 
 
+def _other_paths_field(loc: tuple[Any, ...]) -> str | None:
+    """For ``algo.<field>`` unknown to the chosen algorithm but an option of algorithms on
+    another data path (``buffer_size`` on PPO, ``gae_lambda`` on DQN): a message naming
+    both ``algo.<field>`` and ``algo.name``."""
+    if len(loc) != 3 or loc[0] != "algo" or loc[1] not in algo_names():
+        return None
+    name, field = str(loc[1]), str(loc[2])
+    mine = algo_spec(name).data_path
+    owners = [n for n in algo_names() if algo_spec(n).data_path != mine
+              and field in algo_spec(n).load("config").model_fields]
+    if not owners:
+        return None
+    path = algo_spec(owners[0]).data_path
+    return (f"algo.{field}: an option of the {path} data path ({', '.join(owners)}); algo.name={name} is on the "
+            f"{mine} data path and has no such field")
+
+
 def _format_validation_error(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
@@ -291,6 +327,8 @@ def _format_validation_error(err: ValidationError) -> str:
         moved = _MOVED.get(tuple(str(p) for p in loc))
         if moved:
             lines.append(f"{field}: moved to {moved}")
+        elif e["type"] == "extra_forbidden" and _other_paths_field(loc):
+            lines.append(_other_paths_field(loc))
         elif e["type"] == "extra_forbidden":
             allowed = _allowed_fields(Config, loc)
             close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)

@@ -5,9 +5,10 @@ Three levels, each implemented once per kind and called by exactly one other par
 - ``ParameterStore``: versioned parameters shared by all roles (roles call it).
 - ``Actor`` / ``Learner``: the role processes the trainer calls (``ready``/``collect``,
   ``publish``/``update``/``state``).
-- ``StepRecorder`` / ``AlgorithmLearner`` / ``GradientSync``: what an algorithm supplies
-  to the generic actor and learner roles, and how its learner reaches gradient
-  communication. Algorithms implement them without knowing of Ray.
+- ``GradientSync``: how an algorithm's learner reaches gradient communication.
+
+What an algorithm supplies to the generic roles (its behaviour policy, its learner) is in
+``kilorl.algos.api``; algorithms implement it without knowing of Ray.
 
 Rollouts keep the ``[T, N, ...]`` layout (time, env) from the actor to the algorithm.
 """
@@ -23,10 +24,8 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import numpy as np
 
 if TYPE_CHECKING:
-    import gymnasium as gym
     import torch
 
-    from kilorl.config import Config
     from kilorl.envs.normalization import Moments
 
 Tensors = Mapping[str, Any]
@@ -35,24 +34,41 @@ Tensors = Mapping[str, Any]
 
 @dataclass
 class Rollout:
-    """One or more actors' experience for one policy version.
+    """One actor's (or several actors', merged) step record for one policy version.
 
-    ``steps`` arrays are ``[T, N, ...]`` (time, env); ``last`` arrays are ``[N, ...]`` and
-    describe the state after step ``T`` (e.g. its value, for bootstrapping). ``moments``
-    are raw observation / discounted-return statistics for the learner's normalizers.
+    ``steps`` arrays are ``[T, N, ...]`` (time, env): ``obs`` (in the env's dtype, or the
+    normalised float32 the policy saw where ``env.normalize_obs`` opts into that stage),
+    ``actions``, ``rewards``, ``terminated`` and ``truncated`` kept apart, and the behaviour
+    policy's declared extras. ``final`` holds the real final observation of every episode
+    that ended inside the rollout: ``t`` and ``env`` (``[K]`` int64, where it ended),
+    ``obs`` (``[K, ...]``) and the policy's extras of that observation (e.g. its value).
+    ``last`` holds ``[N, ...]`` entries about s_T, the observation after step ``T``:
+    ``obs`` and the policy's extras of it. ``state`` is the policy's state at rollout start
+    (``[N, ...]`` arrays; empty for a memoryless policy). ``moments`` are raw observation /
+    discounted-return statistics for the learner's normalisers.
     """
 
     steps: dict[str, np.ndarray]
     last: dict[str, np.ndarray] = field(default_factory=dict)
     moments: dict[str, list[Moments]] = field(default_factory=dict)
     version: int | None = None
-    """Parameter version of the policy that acted (None: unknown); the learner uses it to
-    refuse batches older than ``sync.max_staleness``."""
+    """Parameter version of the policy that acted (None: unknown); the on-policy data path
+    refuses batches older than ``sync.max_staleness``."""
+    final: dict[str, np.ndarray] = field(default_factory=dict)
+    state: dict[str, np.ndarray] = field(default_factory=dict)
+    env_steps_before: int = 0
+    """Env steps of the whole run (all actors) when the rollout was started: the clock of
+    schedules such as epsilon (as the driver knew it)."""
 
     @property
     def shape(self) -> tuple[int, int]:
         """``(T, N)``: rollout length and number of environments."""
         return self.steps["rewards"].shape[:2]  # type: ignore[return-value]
+
+    @property
+    def env_steps(self) -> int:
+        T, N = self.shape
+        return T * N
 
 
 @dataclass
@@ -140,8 +156,9 @@ class Actor(abc.ABC):
         """Return once environments are built and reset (the start-up barrier)."""
 
     @abc.abstractmethod
-    def collect(self, min_version: int) -> tuple[Rollout, RolloutInfo]:
-        """One rollout with parameters at least ``min_version`` new."""
+    def collect(self, min_version: int, env_steps: int = 0) -> tuple[Rollout, RolloutInfo]:
+        """One rollout with parameters at least ``min_version`` new; ``env_steps``: the run's
+        env steps so far, the clock of the behaviour policy's schedules."""
 
 
 class Learner(abc.ABC):
@@ -153,7 +170,7 @@ class Learner(abc.ABC):
 
     @abc.abstractmethod
     def update(self, version: int, env_steps_total: int, *rollouts: Rollout) -> dict[str, float]:
-        """Train on ``rollouts`` (merged along the env axis), then publish ``version``."""
+        """Hand ``rollouts`` to the algorithm's data source, train, then publish ``version``."""
 
     @abc.abstractmethod
     def state(self) -> dict[str, Any]:
@@ -168,22 +185,7 @@ class Learner(abc.ABC):
         """Returns of ``episodes`` whole episodes (seeds ``seed + k``) with the current policy."""
 
 
-# ---- algorithms: what the generic roles call ---------------------------------------------
-class StepRecorder(abc.ABC):
-    """What an algorithm keeps per env step, on the actor (its fields beyond obs/actions/rewards/dones)."""
-
-    fields: tuple[str, ...] = ()
-    """Names of the per-step ``[T, N]`` arrays ``act`` returns (one place per algorithm)."""
-
-    @abc.abstractmethod
-    def act(self, model: torch.nn.Module, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
-        """Actions for a ``[N, ...]`` observation batch, and this step's ``[N]`` records."""
-
-    @abc.abstractmethod
-    def value(self, model: torch.nn.Module, obs: torch.Tensor) -> np.ndarray | None:
-        """V(obs) to bootstrap truncated episodes and the rollout's end; None: no critic."""
-
-
+# ---- learners: their one door to gradient communication -------------------------------
 class GradientSync(abc.ABC):
     """The learner's one door to gradient communication (docs/architecture.md, "Contracts").
 
@@ -219,33 +221,3 @@ class GradientSync(abc.ABC):
     def stats(self) -> dict[str, float]:
         """Communication metrics since the last call (bytes, seconds); merged into the update's."""
         return {}
-
-
-class AlgorithmLearner(abc.ABC):
-    """An algorithm's update rule: owns model and optimizer, turns a rollout into a step."""
-
-    @abc.abstractmethod
-    def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, grad_sync: GradientSync) -> None: ...
-
-    @abc.abstractmethod
-    def update(self, rollout: Rollout, env_steps_total: int) -> dict[str, float]:
-        """One update on ``rollout`` (``[T, N]``); returns scalar statistics."""
-
-    def warm_up(self) -> None:  # noqa: B027 - optional hook, empty by default
-        """Slow one-off preparation that may run while the first rollout is collected."""
-
-    @abc.abstractmethod
-    def weights(self) -> dict[str, np.ndarray]:
-        """What actors need, under the names the algorithm's layout uses."""
-
-    @abc.abstractmethod
-    def state(self) -> dict[str, Any]:
-        """Checkpointable state (see ``kilorl.trainer.checkpoint``)."""
-
-    @abc.abstractmethod
-    def load_state(self, state: dict[str, Any]) -> None:
-        """Restore what ``state`` returned."""
-
-    def load_weights(self, weights: dict[str, np.ndarray]) -> None:
-        """Take published ``weights()`` (a durable version a resumed run continues from)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot resume from published weights")

@@ -74,7 +74,8 @@ def fake_rollout(seed: int, T: int = 32, N: int = 4, obs_dim: int = 4, with_mome
         "logp": np.full((T, N), np.log(0.5), np.float32),
         "values": rng.normal(size=(T, N)).astype(np.float32),
         "rewards": rng.normal(size=(T, N)).astype(np.float32),
-        "dones": (rng.random((T, N)) < 0.05).astype(np.float32),
+        "terminated": rng.random((T, N)) < 0.05,
+        "truncated": np.zeros((T, N), bool),
     }
     moments = {"obs": [Moments.of(obs, (obs_dim,))]} if with_moments else {}
     return Rollout(steps=steps, last={"values": np.zeros(N, np.float32)}, moments=moments)

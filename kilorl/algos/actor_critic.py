@@ -1,7 +1,9 @@
 """What actor-critic algorithms share: model, optimizer, normalizers, publishing, checkpoints.
 
 Composition, not inheritance: PPO and A2C each hold an ``ActorCriticState`` and write
-only their update. The recorder records V(s) (and the action's log-prob where asked).
+only their update. Their behaviour policy samples from the model and records V(s) (and
+the action's log-prob where asked), and V of the observations nobody acted on (final
+observations, s_T) for the bootstrap.
 """
 
 from __future__ import annotations
@@ -11,31 +13,24 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 
 from kilorl.algos import keys
+from kilorl.algos.api import AlgorithmLearner, BehaviourPolicy, EnvRunnerContext, Extra, LearnerContext, State, StepContext
+from kilorl.algos.common.device import pick_device
 from kilorl.algos.flat_params import FlatParameters
 from kilorl.algos.optim import FunctionalAdam
-from kilorl.core import AlgorithmLearner, GradientSync, Rollout, StepRecorder
+from kilorl.core import Rollout
 from kilorl.envs.normalization import Moments, RunningMeanStd
-from kilorl.models import build_actor_critic
 
 if TYPE_CHECKING:
-    from kilorl.config import Config
+    from kilorl.algos.config_base import OnPolicyConfig
 
 Optimizer = torch.optim.Optimizer | FunctionalAdam
 """What a learner steps: a ``torch.optim`` optimizer or kiloRL's ``FunctionalAdam``."""
 
 torch.distributions.Distribution.set_default_validate_args(False)
-
-
-def pick_device(want: str) -> torch.device:
-    device = torch.device("cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device=cuda but torch sees no CUDA device; use train.device=cpu or auto")
-    return device
 
 
 def adam(params: list[torch.nn.Parameter], lr: float, flat: FlatParameters | None = None) -> FunctionalAdam:
@@ -47,25 +42,26 @@ def adam(params: list[torch.nn.Parameter], lr: float, flat: FlatParameters | Non
 class ActorCriticState:
     """Model, optimizer and normalizer statistics of one learner rank, kept identical across ranks."""
 
-    def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, grad_sync: GradientSync,
+    def __init__(self, algo: OnPolicyConfig, ctx: LearnerContext,
                  make_optimizer: Callable[[list[torch.nn.Parameter], float, FlatParameters | None], Optimizer] = adam,
                  ) -> None:
-        self.cfg, self.grad_sync = cfg, grad_sync
-        self.device = pick_device(cfg.train.device)
-        self.model = build_actor_critic(obs_space, action_space, cfg.model).to(self.device)
-        self.module = grad_sync.prepare(self.model)
+        self.algo, self.ctx, self.grad_sync = algo, ctx, ctx.grad_sync
+        self.device = pick_device(ctx.device)
+        self.model = ctx.build_model().to(self.device)
+        self.module = self.grad_sync.prepare(self.model)
         self.params = list(self.model.parameters())
         # one rank owns its gradients: keep them (and the parameters) in one buffer each, so
         # clipping and the optimizer make one call (``kilorl.algos.flat_params``)
-        self.flat = FlatParameters(self.params) if cfg.parallelism.learner == 1 else None
+        self.single = ctx.world_size == 1
+        self.flat = FlatParameters(self.params) if self.single else None
         self._make_optimizer = make_optimizer
         self._optimizer: Optimizer | None = None
         self._optimizer_lock = threading.Lock()
-        self.obs_rms = RunningMeanStd(obs_space.shape)
+        self.obs_rms = RunningMeanStd(ctx.obs_space.shape)
         self.ret_rms = RunningMeanStd(())
         self.env_steps = 0
         self.updates = 0
-        self.autocast_on = cfg.train.mixed_precision == "bf16"
+        self.autocast_on = ctx.mixed_precision == "bf16"
 
     @property
     def optimizer(self) -> Optimizer:
@@ -73,7 +69,7 @@ class ActorCriticState:
         (seconds), which need not delay the first publish (see ``warm_up``)."""
         with self._optimizer_lock:
             if self._optimizer is None:
-                self._optimizer = self._make_optimizer(self.params, self.cfg.algo.lr, self.flat)
+                self._optimizer = self._make_optimizer(self.params, self.algo.lr, self.flat)
             return self._optimizer
 
     def warm_up(self) -> None:
@@ -88,7 +84,7 @@ class ActorCriticState:
     def set_lr(self, env_steps_total: int) -> float:
         """Advance the step counter and apply the (optionally annealed) learning rate."""
         self.env_steps = env_steps_total
-        algo = self.cfg.algo
+        algo = self.algo
         lr = algo.lr * self.remaining(env_steps_total) if algo.anneal_lr else algo.lr
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -96,15 +92,15 @@ class ActorCriticState:
 
     def remaining(self, env_steps_total: int) -> float:
         """The share of the run still ahead, 1 -> 0: what linear schedules multiply by."""
-        return max(0.0, 1.0 - env_steps_total / self.cfg.train.total_env_steps)
+        return max(0.0, 1.0 - env_steps_total / self.ctx.total_env_steps)
 
     def step(self) -> torch.Tensor:
         """Average gradients over ranks, clip, take the optimizer step; returns the grad norm."""
         self.grad_sync.synchronize(self.params)
         if self.flat is not None:
-            norm = self.flat.clip_grad_norm_(self.cfg.algo.max_grad_norm)
+            norm = self.flat.clip_grad_norm_(self.algo.max_grad_norm)
         else:
-            norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.algo.max_grad_norm, foreach=True)
+            norm = torch.nn.utils.clip_grad_norm_(self.params, self.algo.max_grad_norm, foreach=True)
         self.optimizer.step()
         return norm
 
@@ -115,7 +111,7 @@ class ActorCriticState:
         ranks gives the statistics of the whole batch, so the split of actors over learners
         does not change the result. One learner normalizes on its own tensor (no host sync).
         """
-        if self.cfg.parallelism.learner == 1:
+        if self.single:
             return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         a = advantages.detach().double()
         sums = self.grad_sync.sum_tensor(torch.stack([torch.tensor(float(a.numel()), dtype=torch.float64),
@@ -128,6 +124,11 @@ class ActorCriticState:
     def tensor(self, array: np.ndarray, flat_dims: int = 2) -> torch.Tensor:
         """``[T, N, ...]`` -> ``[T*N, ...]`` on the learner's device (a copy: Ray's views are read-only)."""
         return torch.tensor(array.reshape(-1, *array.shape[flat_dims:]), device=self.device)
+
+    def observations(self, array: np.ndarray) -> torch.Tensor:
+        """Observations as the network takes them: float32 whatever the env's dtype."""
+        out = self.tensor(array)
+        return out if out.dtype == torch.float32 else out.float()
 
     # ---- normalizers ----------------------------------------------------------------------
     def merge_moments(self, rollout: Rollout) -> None:
@@ -211,20 +212,24 @@ class ActorCriticLearner(AlgorithmLearner):
         self.ac.load_weights(weights)
 
 
-class ValueRecorder(StepRecorder):
-    """Records V(s) per step, and the action's log-prob when ``with_logp``."""
+class ActorCriticPolicy(BehaviourPolicy):
+    """Samples from the model's distribution; records V(s), and the action's log-prob when
+    ``with_logp``; V of final observations and s_T for the bootstrap."""
 
-    def __init__(self, with_logp: bool) -> None:
-        self.with_logp = with_logp
-        self.fields = (keys.LOGP, keys.VALUES) if with_logp else (keys.VALUES,)
+    with_logp = True
 
-    def act(self, model: torch.nn.Module, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
+    def __init__(self, algo_cfg: OnPolicyConfig, ctx: EnvRunnerContext) -> None:
+        super().__init__(algo_cfg, ctx)
+        self.extras = {keys.LOGP: Extra(), keys.VALUES: Extra()} if self.with_logp else {keys.VALUES: Extra()}
+
+    def act(self, model: torch.nn.Module, obs: torch.Tensor, state: State,
+            ctx: StepContext) -> tuple[torch.Tensor, dict[str, np.ndarray], State]:
         actions, logp, values = model.act(obs)
         rec = {keys.VALUES: values.numpy()}
         if self.with_logp:
             rec[keys.LOGP] = logp.numpy()
-        return actions, rec
+        return actions, rec, state
 
     @torch.no_grad()
-    def value(self, model: torch.nn.Module, obs: torch.Tensor) -> np.ndarray:
-        return model.value(obs).numpy()
+    def observe(self, model: torch.nn.Module, obs: torch.Tensor) -> dict[str, np.ndarray]:
+        return {keys.VALUES: model.value(obs).numpy()}

@@ -1,6 +1,9 @@
-"""What every algorithm's configuration has, and the check it gets against the run's batch."""
+"""What every algorithm's configuration has: its name, its collection length, its discount,
+and what one iteration of the run is for it."""
 
 from __future__ import annotations
+
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -10,8 +13,22 @@ from kilorl.config_section import Section
 class AlgoConfig(Section):
     """Base of an algorithm's section; subclasses add ``name: Literal[...]`` and their fields."""
 
+    data_path: ClassVar[str] = "on_policy"
+    """The data path whose options this section carries (the spec's, checked at registration)."""
+
     name: str
     """Algorithm name; selects the algorithm and which of its fields are allowed."""
+    rollout_length: int = Field(default=128, gt=0)
+    """Environment steps each env takes per collection (one rollout of ``[T, N]``)."""
+
+    @property
+    def discount(self) -> float | None:
+        """The algorithm's discount factor, if it has one (the return normaliser uses it)."""
+        return getattr(self, "gamma", None)
+
+    def iteration_env_steps(self, parallelism: Any) -> int:
+        """Env steps one iteration consumes: a rollout from every env runner (on-policy)."""
+        return parallelism.actor * parallelism.envs_per_actor * self.rollout_length
 
     def check_batch(self, batch_size: int, gradient_accumulation_steps: int) -> None:
         """Raise ValueError when this algorithm cannot split a batch of ``batch_size`` samples."""
@@ -38,3 +55,25 @@ class OnPolicyConfig(AlgoConfig):
     """Value loss coefficient."""
     max_grad_norm: float = Field(default=0.5, gt=0)
     """Global gradient-norm clipping threshold."""
+
+
+class ReplayConfig(AlgoConfig):
+    """Fields shared by algorithms on the ``replay`` data path: env runners add rollouts to a
+    table as they complete, learners sample from it at a fixed ratio."""
+
+    data_path: ClassVar[str] = "replay"
+
+    rollout_length: int = Field(default=32, gt=0)
+    """Environment steps each env takes per rollout added to the table."""
+    gamma: float = Field(default=0.99, ge=0, le=1)
+    """Discount factor."""
+    buffer_size: int = Field(default=100_000, gt=0)
+    """Rows the replay table keeps (oldest evicted first)."""
+    batch_size: int = Field(default=64, gt=0)
+    """Rows sampled per gradient step."""
+    learning_starts: int = Field(default=1000, ge=0)
+    """Env steps collected before the first gradient step."""
+
+    def iteration_env_steps(self, parallelism: Any) -> int:
+        """One rollout per learner (each learner adds its own to its table)."""
+        return parallelism.learner * parallelism.envs_per_actor * self.rollout_length

@@ -15,8 +15,14 @@ OBS_RMS = "obs_rms/"
 RET_RMS = "ret_rms/"
 """Prefix of the return normalizer's statistics."""
 
-OBS, ACTIONS, REWARDS, DONES = "obs", "actions", "rewards", "dones"
-"""Per-step ``[T, N, ...]`` arrays every actor records."""
+OBS, ACTIONS, REWARDS = "obs", "actions", "rewards"
+"""Per-step ``[T, N, ...]`` arrays every env runner records."""
+TERMINATED, TRUNCATED = "terminated", "truncated"
+"""Per-step ``[T, N]`` bools, kept apart: a termination ends the return, a truncation (a
+time limit) only the episode (its final observation's value bootstraps)."""
+FINAL_T, FINAL_ENV = "t", "env"
+"""``Rollout.final`` entries: where each finished episode ended (``[K]`` int64); its final
+observation is ``final[OBS]`` and the policy's extras of it sit under their own names."""
 LOGP, VALUES = "logp", "values"
 """Per-step records of actor-critic algorithms (log-prob of the action, V(s))."""
 LAST_VALUES = "values"

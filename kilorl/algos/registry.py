@@ -14,8 +14,9 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
-DataPath = Literal["on_policy", "replay", "async"]
-"""How experience reaches the learner: whole rollouts per version, a replay buffer, or a queue."""
+DataPath = Literal["on_policy", "replay", "queue"]
+"""How experience reaches the learner: whole rollouts per version (``on_policy``), a replay
+table learners sample from (``replay``), or rollouts consumed as they complete (``queue``)."""
 
 
 @dataclass(frozen=True)
@@ -27,15 +28,17 @@ class AlgorithmSpec:
     config: str
     """``module:Class`` of its pydantic config section (a subclass of ``AlgoConfig``)."""
     learner: str
-    """``module:Class`` of its ``AlgorithmLearner``: ``Class(cfg, obs_space, action_space, grad_sync)``."""
-    recorder: str
-    """``module:Class`` of its ``StepRecorder``: what an actor keeps per env step."""
+    """``module:Class`` of its ``AlgorithmLearner``: ``Class(algo_cfg, LearnerContext)``."""
+    policy: str
+    """``module:Class`` of its ``BehaviourPolicy``: ``Class(algo_cfg, EnvRunnerContext)``, what
+    picks the actions on an env runner and what it keeps per step."""
     model: str = "kilorl.models:build_actor_critic"
-    """``module:function(obs_space, action_space, model_cfg)`` building the policy network."""
+    """``module:function(obs_space, action_space, model_cfg)`` building the policy network
+    (env runners, the learner's ``LearnerContext.build_model`` and ``kilorl eval`` use it)."""
     data_path: DataPath = "on_policy"
-    """Which trainer loop feeds it (only ``on_policy`` exists so far)."""
+    """Which data path feeds its learner (``kilorl.trainer.data_paths``)."""
 
-    def load(self, part: Literal["config", "learner", "recorder", "model"]) -> Any:
+    def load(self, part: Literal["config", "learner", "policy", "model"]) -> Any:
         module_name, _, attr = getattr(self, part).partition(":")
         return getattr(importlib.import_module(module_name), attr)
 
@@ -65,11 +68,16 @@ def names() -> list[str]:
 
 register(AlgorithmSpec(
     name="ppo", config="kilorl.algos.ppo.config:PPOConfig", learner="kilorl.algos.ppo.learner:PPOLearner",
-    recorder="kilorl.algos.ppo.recorder:PPORecorder",
+    policy="kilorl.algos.ppo.policy:PPOPolicy",
 ))
 register(AlgorithmSpec(
     name="a2c", config="kilorl.algos.a2c.config:A2CConfig", learner="kilorl.algos.a2c.learner:A2CLearner",
-    recorder="kilorl.algos.a2c.recorder:A2CRecorder",
+    policy="kilorl.algos.a2c.policy:A2CPolicy",
+))
+register(AlgorithmSpec(
+    name="dqn", config="kilorl.algos.dqn.config:DQNConfig", learner="kilorl.algos.dqn.learner:DQNLearner",
+    policy="kilorl.algos.dqn.policy:EpsilonGreedy", model="kilorl.algos.dqn.model:build_q_network",
+    data_path="replay",
 ))
 
 

@@ -61,6 +61,7 @@ class ActorCritic(nn.Module):
             self.register_buffer("action_high", high, persistent=False)
 
     def distribution(self, obs: torch.Tensor) -> torch.distributions.Distribution:
+        obs = as_input(obs)
         logits_or_mean = self.policy_head(self.policy_torso(obs))
         if self.discrete:
             return Categorical(logits=logits_or_mean.float())
@@ -68,6 +69,7 @@ class ActorCritic(nn.Module):
         return Normal(logits_or_mean.float(), std.float())
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
+        obs = as_input(obs)
         return self.value_head(self.value_torso(obs)).squeeze(-1).float()
 
     def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -76,6 +78,7 @@ class ActorCritic(nn.Module):
         The discrete case works on log-softmax directly instead of building a
         torch.distributions object per minibatch (measured: ~25% of a small update).
         """
+        obs = as_input(obs)
         head = self.policy_head(self.policy_torso(obs)).float()
         if self.discrete:
             logp_all = head.log_softmax(-1)
@@ -89,6 +92,7 @@ class ActorCritic(nn.Module):
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample (or take the mode of) actions; returns actions, log-probs, values."""
+        obs = as_input(obs)
         head = self.policy_head(self.policy_torso(obs)).float()
         if self.discrete:
             logp_all = head.log_softmax(-1)
@@ -100,11 +104,21 @@ class ActorCritic(nn.Module):
             logp = dist.log_prob(actions).sum(-1)
         return actions, logp, self.value(obs)
 
+    def policy(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        """Actions for ``obs`` (the mode when ``deterministic``): what ``kilorl eval`` plays."""
+        return self.act(obs, deterministic=deterministic)[0]
+
     def to_env_action(self, actions: torch.Tensor) -> np.ndarray:
         """Discrete actions as ints; Gaussian actions clipped into the Box bounds."""
         if self.discrete:
             return actions.numpy().astype(np.int64)
         return torch.clamp(actions, self.action_low, self.action_high).numpy()
+
+
+def as_input(obs: torch.Tensor) -> torch.Tensor:
+    """Observations as the network takes them: float32 whatever the env's dtype (no copy when
+    they already are)."""
+    return obs if obs.dtype == torch.float32 else obs.float()
 
 
 def gumbel_perturbed(logp: torch.Tensor) -> torch.Tensor:

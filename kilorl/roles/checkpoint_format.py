@@ -9,8 +9,10 @@ are (``kilorl.trainer.checkpoint``). Only reading a checkpoint back needs torch.
 
 Files: ``model.safetensors`` (the model's state dict) and ``state.safetensors`` (optimizer
 moments under ``optim/<param>/<key>``, normalizer statistics under ``obs_rms/`` and
-``ret_rms/``, the torch RNG state). The optimizer's structure (param groups, scalar state)
-goes into ``meta.json`` next to the run's counters.
+``ret_rms/``, the torch RNG state, and under ``x/`` every other tensor an algorithm names in
+``state()["tensors"]``: target networks, a replay table's columns). The optimizer's structure
+(param groups, scalar state) and the algorithm's JSON-able ``state()["extra_meta"]`` (counters,
+a numpy RNG's state) go into ``meta.json`` next to the run's counters.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
 
 MODEL_FILE = "model.safetensors"
 STATE_FILE = "state.safetensors"
+EXTRA_PREFIX = "x/"
+"""Prefix in ``state.safetensors`` of the tensors an algorithm adds (``state()["tensors"]``)."""
 
 
 def checkpoint_files(learner_state: dict[str, Any]) -> CheckpointFiles:
@@ -39,9 +43,14 @@ def checkpoint_files(learner_state: dict[str, Any]) -> CheckpointFiles:
         "torch_rng": learner_state["torch_rng"],
         **{f"obs_rms/{k}": torch.tensor(np.asarray(v)) for k, v in learner_state["obs_rms"].items()},
         **{f"ret_rms/{k}": torch.tensor(np.asarray(v)) for k, v in learner_state["ret_rms"].items()},
+        **{EXTRA_PREFIX + k: torch.as_tensor(np.ascontiguousarray(v)).contiguous()
+           for k, v in learner_state.get("tensors", {}).items()},
     }
     files = {MODEL_FILE: save({k: v.contiguous() for k, v in learner_state["model"].items()}), STATE_FILE: save(extra)}
-    return CheckpointFiles(files, {"updates": learner_state["updates"], "optimizer": opt_structure})
+    meta = {"updates": learner_state["updates"], "optimizer": opt_structure}
+    if learner_state.get("extra_meta"):
+        meta["algorithm"] = learner_state["extra_meta"]
+    return CheckpointFiles(files, meta)
 
 
 def flatten_optimizer(opt_state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

@@ -1,7 +1,9 @@
 """Whole episodes with a policy state: what ``kilorl eval`` and evaluation during training share.
 
 A state is what an algorithm's ``state()`` returns and a checkpoint holds: the model's
-``state_dict`` and the observation normalizer's statistics. Each episode starts from its
+``state_dict`` and the observation normalizer's statistics. The model is what the
+algorithm's spec builds, and it is driven through the policy protocol every model declares
+(``policy(obs, deterministic) -> actions``, ``to_env_action(actions)``; docs/architecture.md). Each episode starts from its
 own seed (``seed + k``), so two evaluations of one policy with one seed see the same
 episodes, and one run's choice of policy (``evaluation`` in the config) can be made on
 other episodes than the ones ``kilorl eval`` later judges it by.
@@ -60,7 +62,7 @@ class EpisodeRunner:
             torch.manual_seed(seed)
             while live:
                 batch = torch.from_numpy(np.stack([self._observe(obs[k], state) for k in live]))
-                action, _, _ = self.model.act(batch, deterministic=deterministic)
+                action = self.model.policy(batch, deterministic)
                 still = []
                 for k, a in zip(live, self.model.to_env_action(action), strict=True):
                     obs[k], reward, terminated, truncated, _ = envs[k].step(a)
@@ -73,7 +75,7 @@ class EpisodeRunner:
     def _observe(self, obs: Any, state: dict[str, Any]) -> np.ndarray:
         env_cfg = self.cfg.env
         if not env_cfg.normalize_obs:
-            return np.asarray(obs, np.float32)
+            return np.asarray(obs)
         return normalize(obs, state["obs_rms"]["mean"], state["obs_rms"]["var"], env_cfg.clip_obs)
 
     def close(self) -> None:

@@ -17,6 +17,7 @@ import torch
 
 from kilorl.algos import get as get_algorithm
 from kilorl.algos import keys
+from kilorl.algos.api import AlgorithmLearner, LearnerContext
 from kilorl.comm import init_process_group
 from kilorl.core import CheckpointFiles, GradientSync, Learner, ParameterStore, Rollout
 from kilorl.envs import make_env
@@ -24,27 +25,12 @@ from kilorl.roles.checkpoint_format import checkpoint_files
 from kilorl.roles.evaluation import EpisodeRunner
 from kilorl.roles.grad_sync import make_grad_sync
 from kilorl.roles.heap import retain_freed_memory
+from kilorl.roles.learner_feeds import make_feed, merge_rollouts, stale
+
+__all__ = ["LearnerRole", "build_algorithm", "env_spaces", "merge_rollouts", "stale"]
 
 if TYPE_CHECKING:
     from kilorl.config import Config
-
-
-def merge_rollouts(rollouts: list[Rollout]) -> Rollout:
-    """Concatenate actors' rollouts along the env axis: ``steps`` on axis 1, ``last`` on axis 0."""
-    if len(rollouts) == 1:
-        return rollouts[0]
-    first = rollouts[0]
-    return Rollout(
-        steps={k: np.concatenate([r.steps[k] for r in rollouts], axis=1) for k in first.steps},
-        last={k: np.concatenate([r.last[k] for r in rollouts], axis=0) for k in first.last},
-        moments={k: [m for r in rollouts for m in r.moments.get(k, [])] for k in first.moments},
-        version=min((r.version for r in rollouts if r.version is not None), default=None),
-    )
-
-
-def stale(rollouts: list[Rollout], trained_version: int, max_staleness: int) -> list[bool]:
-    """Which rollouts were produced more than ``max_staleness`` versions before ``trained_version``."""
-    return [r.version is not None and trained_version - r.version > max_staleness for r in rollouts]
 
 
 def env_spaces(cfg: Config) -> tuple[gym.Space, gym.Space]:
@@ -54,6 +40,28 @@ def env_spaces(cfg: Config) -> tuple[gym.Space, gym.Space]:
         return probe.observation_space, probe.action_space
     finally:
         probe.close()
+
+
+def learner_context(cfg: Config, obs_space: gym.Space, action_space: gym.Space, grad_sync: GradientSync,
+                    rank: int = 0, world: int = 1) -> LearnerContext:
+    """The small context an algorithm's learner is built with (not the whole run config)."""
+    build = get_algorithm(cfg.algo.name).load("model")
+    par, train = cfg.parallelism, cfg.train
+    return LearnerContext(
+        obs_space=obs_space, action_space=action_space, grad_sync=grad_sync,
+        build_model=lambda: build(obs_space, action_space, cfg.model), device=train.device, rank=rank,
+        world_size=world, envs_per_env_runner=par.envs_per_actor, num_env_runners=par.actor,
+        total_env_steps=train.total_env_steps, seed=train.seed, mixed_precision=train.mixed_precision,
+        gradient_accumulation_steps=train.gradient_accumulation_steps,
+    )
+
+
+def build_algorithm(cfg: Config, grad_sync: GradientSync, spaces: tuple[gym.Space, gym.Space] | None = None,
+                    rank: int = 0, world: int = 1) -> AlgorithmLearner:
+    """The run's algorithm learner: its class from the registry, its section, its context."""
+    obs_space, action_space = spaces or env_spaces(cfg)
+    ctx = learner_context(cfg, obs_space, action_space, grad_sync, rank, world)
+    return get_algorithm(cfg.algo.name).load("learner")(cfg.algo, ctx)
 
 
 class LearnerRole(Learner):
@@ -84,7 +92,9 @@ class LearnerRole(Learner):
         self.max_staleness = cfg.sync.staleness(cfg.train.pipeline_depth)
         obs_space, action_space = env_spaces(cfg)  # probed here, in parallel with the actors' start
         self.grad_sync = grad_sync or make_grad_sync(cfg, world)
-        self.algorithm = get_algorithm(cfg.algo.name).load("learner")(cfg, obs_space, action_space, self.grad_sync)
+        self.algorithm = build_algorithm(cfg, self.grad_sync, (obs_space, action_space), rank, world)
+        self.feed = make_feed(get_algorithm(cfg.algo.name).data_path, self.algorithm, self.grad_sync, world,
+                              self.max_staleness)
         if state is not None:
             self.algorithm.load_state(state)
         if weights_version is not None:
@@ -103,21 +113,13 @@ class LearnerRole(Learner):
             self._warm_up.start()
 
     def update(self, version: int, env_steps_total: int, *rollouts: Rollout) -> dict[str, float]:
-        """Train on the rollouts that are fresh enough and publish ``version``.
-
-        The weights being trained are ``version - 1``; a rollout older than that by more
-        than ``max_staleness`` is dropped (counted in ``stale_rollouts``). If any rank is
-        left with nothing, every rank skips the step together (their all-reduces must match)
-        and ``version`` republishes the unchanged weights.
-        """
+        """Hand the rollouts to the data path's feed (``kilorl.roles.learner_feeds``), which
+        trains the algorithm on its source, then publish ``version`` (the unchanged weights
+        again when the feed skipped the step)."""
         if self._warm_up is not None:
             self._warm_up.join()
         t0 = time.perf_counter()
-        old = stale(list(rollouts), version - 1, self.max_staleness)
-        fresh = [r for r, s in zip(rollouts, old) if not s]
-        empty = self.grad_sync.average_scalars([float(not fresh)])[0] if self.world > 1 else float(not fresh)
-        stats = {} if empty > 0 else self.algorithm.update(merge_rollouts(fresh), env_steps_total)
-        stats.update(stale_rollouts=float(sum(old)), skipped_update=float(empty > 0))
+        stats = self.feed.train(version, env_steps_total, list(rollouts))
         t1 = time.perf_counter()
         self.publish(version)
         stats.update(self.grad_sync.stats(), learner_update_s=t1 - t0, publish_s=time.perf_counter() - t1)

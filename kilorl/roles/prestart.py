@@ -23,7 +23,7 @@ def import_roles() -> None:
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        import kilorl.roles.actor  # noqa: F401 - the import is the point
+        import kilorl.roles.env_runner  # noqa: F401 - the import is the point
         import kilorl.roles.learner  # noqa: F401
     finally:
         if was_enabled:

@@ -18,10 +18,10 @@ from kilorl.roles.rollout_transport import RolloutHandle
 
 
 class ActorProcess(Actor):
-    """A ``RolloutWorker`` built in the Ray actor's process."""
+    """An ``EnvRunner`` built in the Ray actor's process (the ``actor`` role)."""
 
     def __init__(self, cfg: Any, store: Any, index: int, *args: Any, monitor: Any = None, **kwargs: Any) -> None:
-        from kilorl.roles.actor import RolloutWorker
+        from kilorl.roles.env_runner import EnvRunner
 
         self._report = None
         self._writer: Any = None
@@ -34,14 +34,14 @@ class ActorProcess(Actor):
 
             self._report = ActorReporting(monitor, index, store)
             store = self._report.store
-        self._role = RolloutWorker(cfg, store, index, *args, **kwargs)
+        self._role = EnvRunner(cfg, store, index, *args, **kwargs)
 
     def ready(self) -> int:
         return self._role.ready()
 
-    def collect(self, min_version: int) -> tuple[Rollout | RolloutHandle, RolloutInfo]:
+    def collect(self, min_version: int, env_steps: int = 0) -> tuple[Rollout | RolloutHandle, RolloutInfo]:
         """The rollout itself (``store.transport: ray``) or a handle to its store object."""
-        rollout, info = self._role.collect(min_version)
+        rollout, info = self._role.collect(min_version, env_steps)
         if self._report is not None:
             self._report.rollout(info)
         return (rollout if self._writer is None else self._writer.put(rollout)), info

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from kilorl.algos import keys
 from kilorl.core import Rollout
 
 ROLLOUT_PREFIX = "rollout/"
@@ -26,6 +27,7 @@ ROLLOUT_TTL_S = 900.0
 """Seconds a rollout key lives if no learner deletes it (an actor or learner died)."""
 
 _STEPS, _LAST, _MOMENTS, _META = "steps/", "last/", "moments/", "meta/"
+_FINAL, _STATE = "final/", "state/"
 
 
 @dataclass(frozen=True)
@@ -40,9 +42,11 @@ class RolloutHandle:
 
 
 def pack(rollout: Rollout) -> dict[str, np.ndarray]:
-    """One flat name -> array dict: ``steps/*``, ``last/*``, ``moments/<name>/<i>/{mean,var,count}``."""
+    """One flat name -> array dict: ``steps/*``, ``last/*``, ``final/*``, ``state/*``,
+    ``moments/<name>/<i>/{mean,var,count}``, ``meta/*``."""
     out: dict[str, np.ndarray] = {_STEPS + k: np.ascontiguousarray(v) for k, v in rollout.steps.items()}
-    out.update({_LAST + k: np.ascontiguousarray(v) for k, v in rollout.last.items()})
+    for prefix, part in ((_LAST, rollout.last), (_FINAL, rollout.final), (_STATE, rollout.state)):
+        out.update({prefix + k: np.ascontiguousarray(v) for k, v in part.items()})
     for name, parts in rollout.moments.items():
         out[f"{_MOMENTS}{name}/n"] = np.asarray(len(parts), np.int64)
         for i, m in enumerate(parts):
@@ -51,6 +55,7 @@ def pack(rollout: Rollout) -> dict[str, np.ndarray]:
             out[base + "var"] = np.asarray(m.var)
             out[base + "count"] = np.asarray(m.count, np.float64)
     out[_META + "version"] = np.asarray(-1 if rollout.version is None else rollout.version, np.int64)
+    out[_META + "env_steps_before"] = np.asarray(rollout.env_steps_before, np.int64)
     return out
 
 
@@ -58,8 +63,14 @@ def unpack(arrays: dict[str, Any]) -> Rollout:
     """The ``Rollout`` that ``pack`` flattened (arrays may be read-only zero-copy views)."""
     from kilorl.envs.normalization import Moments
 
-    steps = {k.removeprefix(_STEPS): np.asarray(v) for k, v in arrays.items() if k.startswith(_STEPS)}
-    last = {k.removeprefix(_LAST): np.asarray(v) for k, v in arrays.items() if k.startswith(_LAST)}
+    def part(prefix: str) -> dict[str, np.ndarray]:
+        return {k.removeprefix(prefix): np.asarray(v) for k, v in arrays.items() if k.startswith(prefix)}
+
+    steps, last = part(_STEPS), part(_LAST)
+    final = part(_FINAL)
+    for k in (keys.FINAL_T, keys.FINAL_ENV):  # index arrays come back 1-d even when empty
+        if k in final:
+            final[k] = final[k].reshape(-1)
     moments: dict[str, list[Moments]] = {}
     for key in arrays:
         if key.startswith(_MOMENTS) and key.endswith("/n"):
@@ -69,7 +80,9 @@ def unpack(arrays: dict[str, Any]) -> Rollout:
                                      float(_scalar(arrays[f"{base}{i}/count"])))
                              for i in range(int(_scalar(arrays[key])))]
     version = int(_scalar(arrays[_META + "version"]))
-    return Rollout(steps=steps, last=last, moments=moments, version=None if version < 0 else version)
+    before = int(_scalar(arrays[_META + "env_steps_before"])) if _META + "env_steps_before" in arrays else 0
+    return Rollout(steps=steps, last=last, moments=moments, version=None if version < 0 else version,
+                   final=final, state=part(_STATE), env_steps_before=before)
 
 
 def _scalar(value: Any) -> Any:

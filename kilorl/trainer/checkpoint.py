@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kilorl.core import CheckpointFiles
-from kilorl.roles.checkpoint_format import MODEL_FILE, STATE_FILE, checkpoint_files, unflatten_optimizer
+from kilorl.roles.checkpoint_format import EXTRA_PREFIX, MODEL_FILE, STATE_FILE, checkpoint_files, unflatten_optimizer
 
 PREFIX = "step_"
 BEST = "best"
@@ -104,6 +104,8 @@ def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         "ret_rms": {k.split("/", 1)[1]: v.numpy() for k, v in extra.items() if k.startswith("ret_rms/")},
         "torch_rng": extra["torch_rng"],
         "updates": meta["updates"],
+        "tensors": {k[len(EXTRA_PREFIX):]: v for k, v in extra.items() if k.startswith(EXTRA_PREFIX)},
+        "extra_meta": meta.get("algorithm", {}),
     }
     return state, meta
 

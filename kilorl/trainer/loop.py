@@ -1,4 +1,4 @@
-"""The on-policy data path: rollouts per version, pipelined ``pipeline_depth`` deep.
+"""The ``on_policy`` data path: rollouts per version, pipelined ``pipeline_depth`` deep.
 
 Iteration ``i`` trains on rollouts collected with parameters at least version
 ``i - pipeline_depth`` and publishes version ``i + 1``; with depth 0 actors and learners
@@ -11,32 +11,19 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from kilorl.config import Config
 from kilorl.core import RolloutInfo
 from kilorl.params.reconnect import ParametersLost
+from kilorl.trainer.data_path import IterationResult
 from kilorl.trainer.loop_errors import LearnerLost
 from kilorl.trainer.session import ACTOR_MAX_RESTARTS, RoleSession
 
+__all__ = ["IterationResult", "OnPolicyLoop", "learner_results"]
+
 RESTART_WAIT_S = 120.0
 """How long one batch waits for a restarting actor before the run fails."""
-
-
-@dataclass
-class IterationResult:
-    """What one learner update produced, as the driver sees it."""
-
-    iteration: int
-    """Version published by this update."""
-    env_steps: int
-    """Environment steps consumed so far (all actors)."""
-    infos: list[RolloutInfo]
-    stats: dict[str, float]
-    """Rank 0's update statistics."""
-    last: bool
-    """No further rollout is in flight (the run's env-step budget is used up)."""
 
 
 class OnPolicyLoop:
@@ -56,7 +43,7 @@ class OnPolicyLoop:
 
     def _submit(self) -> None:
         min_version = max(self.first_version, self.next_collect - self.cfg.train.pipeline_depth)
-        refs = [a.collect.options(num_returns=2).remote(min_version) for a in self.roles.actors]
+        refs = [a.collect.options(num_returns=2).remote(min_version, self.env_steps) for a in self.roles.actors]
         self.pending.append(([r[0] for r in refs], [r[1] for r in refs], min_version))
         self.next_collect += 1
 
@@ -93,7 +80,7 @@ class OnPolicyLoop:
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.1)
-                again = self.roles.actors[j].collect.options(num_returns=2).remote(min_version)
+                again = self.roles.actors[j].collect.options(num_returns=2).remote(min_version, self.env_steps)
                 rollout_refs[j], info_refs[j] = again[0], again[1]
         return infos  # type: ignore[return-value]
 
@@ -103,7 +90,7 @@ class OnPolicyLoop:
 
     def _room(self) -> bool:
         """Another rollout still fits in the run's env-step budget."""
-        in_flight = self.env_steps + len(self.pending) * self.cfg.batch_size
+        in_flight = self.env_steps + len(self.pending) * self.cfg.rollout_steps
         return in_flight < self.cfg.train.total_env_steps
 
     def __iter__(self) -> Iterator[IterationResult]:
@@ -114,18 +101,18 @@ class OnPolicyLoop:
         while self.pending:
             rollout_refs, info_refs, min_version = self.pending.popleft()
             infos = self._resolve(rollout_refs, info_refs, min_version)
-            steps_after = self.env_steps + self.cfg.batch_size
+            steps_after = self.env_steps + self.cfg.rollout_steps
             updates = [learners[r].update.remote(self.iteration + 1, steps_after, *rollout_refs[r::n]) for r in range(n)]
             self.env_steps = steps_after  # counted before _room: the rollout is consumed
             if self._room():
                 self._submit()
-            stats = {**_learner_results(updates)[0], "lost_rollouts": float(self.lost_rollouts),
+            stats = {**learner_results(updates)[0], "lost_rollouts": float(self.lost_rollouts),
                      "republished": float(self.republished)}
             self.iteration += 1
             yield IterationResult(self.iteration, self.env_steps, infos, stats, last=not self.pending)
 
 
-def _learner_results(refs: list[Any]) -> list[dict[str, float]]:
+def learner_results(refs: list[Any]) -> list[dict[str, float]]:
     """Every learner's update stats; the first learner that died becomes ``LearnerLost``.
 
     Waits on whichever finishes first, so a dead rank is seen at once, not after the

@@ -46,7 +46,7 @@ from kilorl.roles.monitoring import node_label
 from kilorl.trainer.replacement import available_per_node, ray_nodes, replacement_node
 
 if TYPE_CHECKING:
-    from kilorl.trainer.loop import OnPolicyLoop
+    from kilorl.trainer.data_path import DataPath
     from kilorl.trainer.session import RoleSession
 
 RESOURCE_KEYS = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
@@ -121,7 +121,7 @@ class Migrator:
         """Actor index -> its replacement, started and not yet serving."""
 
     # -- one monitor round ------------------------------------------------------------------------
-    def round(self, loop: OnPolicyLoop) -> bool:
+    def round(self, loop: DataPath) -> bool:
         """Read the roles' memory verdicts and carry out what the policy decides; True: stop the run."""
         self._advance(loop)  # replacements started in earlier rounds: swap in those that serve
         now = time.monotonic()
@@ -165,7 +165,7 @@ class Migrator:
         return getattr(monitor, "store", None)
 
     # -- carrying a decision out ------------------------------------------------------------------
-    def _carry_out(self, d: MigrationDecision, loop: OnPolicyLoop) -> None:
+    def _carry_out(self, d: MigrationDecision, loop: DataPath) -> None:
         t0, wall = time.monotonic(), time.time()
         self._event(d, "decided")
         status = next((s for s in self._status.get((d.role, d.rank), []) if s.memory == d.memory), None)
@@ -275,7 +275,7 @@ class Migrator:
         self._pending[i] = PendingActor(d, record, t0, new, new.ready.remote(), deadline,
                                         self.roles.actor_seed(i, generation))
 
-    def _advance(self, loop: OnPolicyLoop) -> None:
+    def _advance(self, loop: DataPath) -> None:
         """Swaps in every replacement actor that serves; fails those past their deadline."""
         import ray
 
@@ -304,7 +304,7 @@ class Migrator:
             self._event(pm.decision, pm.record.outcome)
             self._finish(pm.record)
 
-    def _move_learner(self, d: MigrationDecision, loop: OnPolicyLoop, node_id: str, options: dict[str, Any]) -> str:
+    def _move_learner(self, d: MigrationDecision, loop: DataPath, node_id: str, options: dict[str, Any]) -> str:
         """The learner moves by a restart from the run's checkpoint; with several learners the
         whole group restarts (its process group re-forms), the others in their own bundles."""
         import ray

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from kilorl.config import Config
-from kilorl.trainer.loop import IterationResult
+from kilorl.trainer.data_path import IterationResult
 from kilorl.trainer.metrics import MetricsWriter
 
 

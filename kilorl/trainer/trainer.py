@@ -1,8 +1,9 @@
 """The driver: one run = start the roles, feed the algorithm's data path, report, checkpoint.
 
-Each concern is its own part: ``RoleSession`` (start-up/teardown), ``OnPolicyLoop`` (the
-data path), ``Reporter`` (metrics), ``Checkpointer`` (cadence and files). The trainer
-holds no algorithm-specific code: the algorithm is whatever ``algo.name`` registered.
+Each concern is its own part: ``RoleSession`` (start-up/teardown), the algorithm's data path
+(``kilorl.trainer.data_path``: ``on_policy``, ``replay``), ``Reporter`` (metrics),
+``Checkpointer`` (cadence and files). The trainer holds no algorithm-specific code: the
+algorithm is whatever ``algo.name`` registered, and its spec names its data path.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from kilorl.trainer.checkpoint import Checkpointer
+    from kilorl.trainer.data_path import DataPath
     from kilorl.trainer.evaluation import EvaluationSchedule
-    from kilorl.trainer.loop import OnPolicyLoop
     from kilorl.trainer.migration import Migrator
     from kilorl.trainer.reporting import Reporter
     from kilorl.trainer.session import RoleSession
@@ -76,19 +77,21 @@ def _process_age() -> float:
 
 
 class Trainer:
-    """Runs one training job described by a Config (see ``kilorl.trainer.loop`` for the schedule)."""
+    """Runs one training job described by a Config (see ``kilorl.trainer.data_path`` for the schedule)."""
 
     def __init__(self, cfg: Config, run_dir: str | Path | None = None, cluster: Cluster | None = None) -> None:
         self.cfg = cfg
         self.run_dir = Path(run_dir) if run_dir else default_run_dir(cfg)
         self.cluster = cluster or Cluster()
         self._resume_from: Path | None = None
-        spec = get_algorithm(cfg.algo.name)
-        if spec.data_path != "on_policy":
-            raise NotImplementedError(f"algo.name={cfg.algo.name!r} needs the {spec.data_path!r} data path, "
-                                      "which this trainer does not have yet")
+        from kilorl.trainer.data_path import DATA_PATHS
+
+        self.data_path = get_algorithm(cfg.algo.name).data_path
+        if self.data_path not in DATA_PATHS:
+            raise NotImplementedError(f"algo.name={cfg.algo.name!r} needs the {self.data_path!r} data path; "
+                                      f"this trainer has: {', '.join(sorted(DATA_PATHS))}")
         par = cfg.parallelism
-        if par.actor % par.learner:
+        if self.data_path == "on_policy" and par.actor % par.learner:
             raise ValueError(f"parallelism.actor={par.actor} must be a multiple of parallelism.learner={par.learner}")
 
     @classmethod
@@ -175,8 +178,8 @@ class Trainer:
         """One set of roles from ``state`` to the end of the run (or a lost learner); ``fleet``:
         a store worker started for it (the session closes it)."""
         from kilorl.trainer.checkpoint import Checkpointer, best_checkpoint
+        from kilorl.trainer.data_path import make_data_path
         from kilorl.trainer.evaluation import EvaluationSchedule
-        from kilorl.trainer.loop import OnPolicyLoop
         from kilorl.trainer.metrics import MetricsWriter
         from kilorl.trainer.reporting import Reporter
         from kilorl.trainer.session import RoleSession
@@ -186,7 +189,7 @@ class Trainer:
         with RoleSession(cfg, self.cluster, state, iteration, l2_dir=str(self.l2_dir.resolve()),
                          run_dir=self.run_dir, fleet=fleet) as roles:
             # a durable resume continues from the newest published version: one batch per version
-            iteration, env_steps = roles.iteration, env_steps + roles.resumed_versions * cfg.batch_size
+            iteration, env_steps = roles.iteration, env_steps + roles.resumed_versions * cfg.rollout_steps
             startup_s = time.time() - t_start
             if roles.monitor is not None:
                 print(roles.monitor.describe(), flush=True)
@@ -198,15 +201,15 @@ class Trainer:
             evals = EvaluationSchedule.for_run(cfg.evaluation, env_steps, self.run_dir)
             stopped: list[str] = []
             try:
-                env_steps, iteration = self._train(roles, OnPolicyLoop(cfg, roles, iteration, env_steps), reporter,
-                                                   ckpt, evals, stopped)
+                loop = make_data_path(self.data_path, cfg, roles, iteration, env_steps)
+                env_steps, iteration = self._train(roles, loop, reporter, ckpt, evals, stopped)
             finally:
                 metrics.close()
         result = best_checkpoint(self.run_dir) if cfg.evaluation.keep_best else None
         return TrainResult(self.run_dir, env_steps, reporter.return_mean, result or ckpt.last_path, reporter.wall_time(),
                            startup_s, stopped[0] if stopped else None, evals.last_mean, evals.best_mean)
 
-    def _train(self, roles: RoleSession, loop: OnPolicyLoop, reporter: Reporter, ckpt: Checkpointer,
+    def _train(self, roles: RoleSession, loop: DataPath, reporter: Reporter, ckpt: Checkpointer,
                evals: EvaluationSchedule, stopped: list[str]) -> tuple[int, int]:
         """The training step: iterate the data path, evaluate and report, move leaking roles,
         checkpoint when due and at the end (a stop on ``stop_return`` saves the policy it measured)."""

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import gymnasium as gym
 import numpy as np
 import torch
 
-from kilorl.algos.a2c.learner import A2CLearner
+from kilorl.algos.api import RolloutBatch
 from kilorl.roles.grad_sync import AllReduceSync
+from kilorl.roles.learner import build_algorithm
 from tests.conftest import fake_rollout, tiny_config
 
 
-def make(**algo):
-    cfg = tiny_config(algo={"name": "a2c", "rollout_length": 32, "anneal_lr": False, **algo})
-    env = gym.make("CartPole-v1")
-    return A2CLearner(cfg, env.observation_space, env.action_space, AllReduceSync(1))
+def make(micro: int = 1, **algo):
+    cfg = tiny_config(algo={"name": "a2c", "rollout_length": 32, "anneal_lr": False, **algo},
+                      train={"gradient_accumulation_steps": micro})
+    return build_algorithm(cfg, AllReduceSync(1))
 
 
 def test_update_raises_the_log_prob_of_positive_advantage_actions():
@@ -27,7 +27,7 @@ def test_update_raises_the_log_prob_of_positive_advantage_actions():
     obs = torch.as_tensor(steps["obs"].reshape(-1, 4))
     before = learner.model.distribution(obs).probs[:, 1].mean().item()
     for _ in range(20):
-        stats = learner.update(rollout, 128)
+        stats = learner.update(RolloutBatch(rollout), 128)
     after = learner.model.distribution(obs).probs[:, 1].mean().item()
     assert after > before + 0.2
     assert {"policy_loss", "value_loss", "entropy", "grad_norm", "lr"} <= set(stats)
@@ -37,8 +37,7 @@ def test_gradient_accumulation_gives_the_same_step():
     results = []
     for micro in (1, 4):
         torch.manual_seed(0)
-        learner = make(lr=1e-3)
-        learner.cfg.train.gradient_accumulation_steps = micro
-        learner.update(fake_rollout(3), 128)
+        learner = make(micro, lr=1e-3)
+        learner.update(RolloutBatch(fake_rollout(3)), 128)
         results.append(torch.cat([p.detach().reshape(-1) for p in learner.model.parameters()]))
     torch.testing.assert_close(results[0], results[1], rtol=1e-5, atol=1e-6)

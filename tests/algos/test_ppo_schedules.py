@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from kilorl.algos import get as get_algorithm
+from kilorl.algos.api import RolloutBatch
 from kilorl.roles.grad_sync import make_grad_sync
-from kilorl.roles.learner import env_spaces
+from kilorl.roles.learner import build_algorithm
 from tests.conftest import fake_rollout, tiny_config
 
 TOTAL = 4096
@@ -15,8 +15,8 @@ def _stats(anneal_clip: bool, env_steps: int, **algo) -> dict[str, float]:
     cfg = tiny_config(algo={"clip_coef": 0.2, "anneal_clip": anneal_clip, "num_minibatches": 1, **algo},
                       train={"total_env_steps": TOTAL})
     torch.manual_seed(0)
-    learner = get_algorithm("ppo").load("learner")(cfg, *env_spaces(cfg), make_grad_sync(cfg, 1))
-    return learner.update(fake_rollout(0), env_steps)
+    learner = build_algorithm(cfg, make_grad_sync(cfg, 1))
+    return learner.update(RolloutBatch(fake_rollout(0)), env_steps)
 
 
 @pytest.mark.parametrize("env_steps, share", [(0, 1.0), (1024, 0.75), (3072, 0.25), (TOTAL, 0.0)])

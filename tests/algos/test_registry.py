@@ -10,30 +10,48 @@ import pytest
 
 from kilorl.algos import AlgorithmSpec, get, names, register
 from kilorl.algos.a2c.config import A2CConfig
+from kilorl.algos.api import AlgorithmLearner, BehaviourPolicy
+from kilorl.algos.dqn.config import DQNConfig
 from kilorl.algos.ppo.config import PPOConfig
 from kilorl.config import ConfigError, config_from_dict
-from kilorl.core import AlgorithmLearner, StepRecorder
 
 
-def test_ppo_and_a2c_are_registered_with_loadable_parts():
-    assert {"ppo", "a2c"} <= set(names())
-    for name, config in (("ppo", PPOConfig), ("a2c", A2CConfig)):
+def test_ppo_a2c_and_dqn_are_registered_with_loadable_parts_and_their_data_paths():
+    assert {"ppo", "a2c", "dqn"} <= set(names())
+    for name, config, path in (("ppo", PPOConfig, "on_policy"), ("a2c", A2CConfig, "on_policy"),
+                               ("dqn", DQNConfig, "replay")):
         spec = get(name)
-        assert spec.load("config") is config and spec.data_path == "on_policy"
+        assert spec.load("config") is config and spec.data_path == path == config.data_path
         assert issubclass(spec.load("learner"), AlgorithmLearner)
-        assert issubclass(spec.load("recorder"), StepRecorder)
+        assert issubclass(spec.load("policy"), BehaviourPolicy)
 
 
 def test_unknown_algorithm_lists_the_registered_ones():
-    with pytest.raises(KeyError, match="unknown algorithm 'dqn'; registered: .*a2c.*ppo"):
-        get("dqn")
-    with pytest.raises(ConfigError, match=r"algo\.name: unknown algorithm 'dqn'"):
-        config_from_dict({"env": {"id": "CartPole-v1"}, "algo": {"name": "dqn"}})
+    with pytest.raises(KeyError, match="unknown algorithm 'sarsa'; registered: .*a2c.*dqn.*ppo"):
+        get("sarsa")
+    with pytest.raises(ConfigError, match=r"algo\.name: unknown algorithm 'sarsa'"):
+        config_from_dict({"env": {"id": "CartPole-v1"}, "algo": {"name": "sarsa"}})
+
+
+@pytest.mark.parametrize(("algo", "field"), [({"name": "ppo", "buffer_size": 1000}, "buffer_size"),
+                                             ({"name": "dqn", "gae_lambda": 0.9}, "gae_lambda")])
+def test_an_option_of_the_other_data_path_names_the_field_and_the_algorithm(algo, field):
+    with pytest.raises(ConfigError, match=rf"algo\.{field}: an option of the .* data path .*algo\.name={algo['name']}"):
+        config_from_dict({"env": {"id": "CartPole-v1"}, "algo": algo})
+
+
+@pytest.mark.parametrize(("sections", "field"), [
+    ({"algo": {"name": "dqn"}, "env": {"id": "CartPole-v1", "normalize_obs": True}}, "env.normalize_obs"),
+    ({"algo": {"name": "ppo"}, "model": {"dueling": True}}, "model.dueling"),
+])
+def test_section_options_the_algorithm_cannot_honour_are_refused_by_name(sections, field):
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        config_from_dict({"env": {"id": "CartPole-v1"}, **sections})
 
 
 def test_a_name_cannot_be_taken_twice():
     with pytest.raises(ValueError, match="already registered"):
-        register(AlgorithmSpec("ppo", "x:C", "x:L", "x:R"))
+        register(AlgorithmSpec("ppo", "x:C", "x:L", "x:P"))
 
 
 def test_algo_name_selects_which_fields_are_allowed():
@@ -57,7 +75,7 @@ class VPGConfig(OnPolicyConfig):
 
 
 register(AlgorithmSpec(name="vpg", config="kilorl_vpg_plugin:VPGConfig",
-                       learner="kilorl.algos.a2c.learner:A2CLearner", recorder="kilorl.algos.a2c.recorder:A2CRecorder"))
+                       learner="kilorl.algos.a2c.learner:A2CLearner", policy="kilorl.algos.a2c.policy:A2CPolicy"))
 '''
 
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from kilorl.config import ConfigError
-from kilorl.roles import actor, heap, learner
+from kilorl.roles import env_runner, heap, learner
 from kilorl.roles.parameter_store import InMemoryParameterStore
 from tests.conftest import tiny_config
 
@@ -57,11 +57,11 @@ def test_the_config_field_refuses_a_negative_size_by_name():
 
 def test_both_roles_apply_the_configured_limit(monkeypatch):
     calls: list[int] = []
-    monkeypatch.setattr(actor, "retain_freed_memory", calls.append)
+    monkeypatch.setattr(env_runner, "retain_freed_memory", calls.append)
     monkeypatch.setattr(learner, "retain_freed_memory", calls.append)
     cfg = tiny_config(train={"retain_freed_memory_mb": 77})
     store = InMemoryParameterStore()
     learner.LearnerRole(cfg, store)
-    worker = actor.RolloutWorker(cfg, store, 0, 1)
+    worker = env_runner.EnvRunner(cfg, store, 0, 1)
     worker.close()
     assert calls == [77, 77]

@@ -48,7 +48,7 @@ def _trained_weights(cfg, batches, world: int) -> list[dict[str, np.ndarray]]:
         ray.get([lr.start.remote(master) for lr in learners])
         initial = ray.get(learners[0].state.remote())
         for version, rollouts in enumerate(batches, start=1):
-            steps = version * cfg.batch_size
+            steps = version * cfg.rollout_steps
             ray.get([lr.update.remote(version, steps, *rollouts[r::world]) for r, lr in enumerate(learners)])
         states = ray.get([lr.state.remote() for lr in learners])
     finally:

@@ -21,7 +21,7 @@ def test_importing_the_roles_freezes_what_they_created_and_leaves_the_collector_
     prestart.import_roles()
     assert gc.isenabled()
     assert gc.get_freeze_count() > 0
-    assert "kilorl.roles.actor" in sys.modules and "kilorl.roles.learner" in sys.modules
+    assert "kilorl.roles.env_runner" in sys.modules and "kilorl.roles.learner" in sys.modules
 
 
 def test_a_failed_import_still_turns_the_collector_back_on(monkeypatch, unfrozen):

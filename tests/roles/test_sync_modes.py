@@ -8,7 +8,7 @@ import torch
 
 from kilorl.algos import keys
 from kilorl.config import ConfigError
-from kilorl.roles.actor import RolloutWorker
+from kilorl.roles.env_runner import EnvRunner
 from kilorl.roles.learner import LearnerRole
 from kilorl.roles.parameter_store import InMemoryParameterStore
 from kilorl.roles.sync_groups import SyncGroups
@@ -79,7 +79,7 @@ def test_a_hybrid_actor_acts_with_a_value_head_at_most_max_staleness_old():
     cfg = tiny_config(sync={"mode": "hybrid", "groups": {"model/value_": "async"}, "max_staleness": 1})
     store = InMemoryParameterStore(keep=8)
     learner = LearnerRole(cfg, store)
-    actor = RolloutWorker(cfg, store, 0, seed=0)
+    actor = EnvRunner(cfg, store, 0, seed=0)
     for v in range(4):
         w = {k: np.full_like(a, float(v)) if k.startswith(keys.MODEL) else a for k, a in learner.algorithm.weights().items()}
         store.publish(keys.POLICY, v, w)

@@ -46,7 +46,7 @@ def main(run_dir: Path, learners: int = 1, store: bool = False) -> None:
         result = Trainer(cfg, run_dir, cluster=Cluster(address=cluster.address)).fit()
         records = [json.loads(x) for x in (run_dir / "monitor" / "migrations.jsonl").read_text().splitlines()]
         rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        print(json.dumps({"env_steps": result.env_steps, "stopped": result.stopped, "batch": cfg.batch_size,
+        print(json.dumps({"env_steps": result.env_steps, "stopped": result.stopped, "batch": cfg.rollout_steps,
                           "total_env_steps": cfg.train.total_env_steps, "records": records, "rows": rows,
                           "nodes": [n["NodeID"][:12] for n in ray.nodes() if n["Alive"]]}))
 

@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-import gymnasium as gym
 import torch
 
-from kilorl.algos.ppo.learner import PPOLearner
+from kilorl.algos.api import RolloutBatch
 from kilorl.roles.grad_sync import AllReduceSync
+from kilorl.roles.learner import build_algorithm
 from kilorl.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from tests.conftest import fake_rollout, tiny_config
 
 
 def make_learner(cfg):
-    env = gym.make("CartPole-v1")
-    return PPOLearner(cfg, env.observation_space, env.action_space, AllReduceSync(1))
+    return build_algorithm(cfg, AllReduceSync(1))
 
 
 def test_round_trip_restores_weights_optimizer_and_normalizers(tmp_path):
     cfg = tiny_config(env={"id": "CartPole-v1", "normalize_obs": True})
     learner = make_learner(cfg)
-    learner.update(fake_rollout(0, with_moments=True), 128)
+    learner.update(RolloutBatch(fake_rollout(0, with_moments=True)), 128)
     path = save_checkpoint(tmp_path, learner.state(), {"env_steps": 128, "iteration": 1, "config": cfg.model_dump(mode="json")})
     state, meta = load_checkpoint(tmp_path)
     assert meta["env_steps"] == 128 and meta["iteration"] == 1 and path == latest_checkpoint(tmp_path)
@@ -37,9 +36,9 @@ def test_round_trip_restores_weights_optimizer_and_normalizers(tmp_path):
     assert fresh.ac.obs_rms.count > 128  # the rollout's moments were merged
     # Same RNG + same state => the next update is bit-identical.
     torch.manual_seed(7)
-    s1 = learner.update(fake_rollout(1), 256)
+    s1 = learner.update(RolloutBatch(fake_rollout(1)), 256)
     torch.manual_seed(7)
-    s2 = fresh.update(fake_rollout(1), 256)
+    s2 = fresh.update(RolloutBatch(fake_rollout(1)), 256)
     assert s1["policy_loss"] == s2["policy_loss"]
 
 

@@ -90,7 +90,7 @@ def test_resuming_a_keep_best_run_continues_from_its_newest_checkpoint(ray_local
     best_before = json.loads((best_checkpoint(run) / "meta.json").read_text())["eval_return_mean"]
     result = Trainer.resume(run, overrides=["train.total_env_steps=2048"]).fit()
     new_rows = read_metrics(run)[n_before:]
-    assert new_rows[0]["env_steps"] == 1024 + cfg.batch_size
+    assert new_rows[0]["env_steps"] == 1024 + cfg.rollout_steps
     assert [r["env_steps"] for r in new_rows if "eval_return_mean" in r] == [1280, 1536, 1792, 2048]
     assert result.env_steps == 2048 and latest_checkpoint(run).name.endswith("2048")
     assert result.best_eval_return_mean >= best_before  # the resumed run measures against the best so far

@@ -141,7 +141,7 @@ def test_a_resumed_durable_run_continues_from_the_last_published_version_not_the
     cfg = tiny_config(train={"total_env_steps": 2048}, checkpoint={"every_env_steps": 1024, "keep": 3},
                       sync={"durable": True}, store={"keep_versions": 3})
     run = tmp_path / "run"
-    b = cfg.batch_size  # 128 env steps per version
+    b = cfg.rollout_steps  # 128 env steps per version
     Trainer(cfg, run).fit()  # versions 0..16 published durably; checkpoints at iterations 8 and 16
     last = latest_checkpoint(run)
     newest_state, newest_meta = load_checkpoint(last)

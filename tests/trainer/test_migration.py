@@ -61,14 +61,14 @@ def test_one_node_has_no_room_so_the_leaking_actor_is_checkpointed_and_the_run_s
     cfg = migration_config([{"role": "actor", "rank": 0, "bytes_per_s": LEAK_BYTES_PER_S}], 256 * 4000)
     result = Trainer(cfg, tmp_path / "run").fit()
     assert result.stopped is not None and "could not be moved" in result.stopped
-    assert 0 < result.env_steps < cfg.train.total_env_steps and result.env_steps % cfg.batch_size == 0
+    assert 0 < result.env_steps < cfg.train.total_env_steps and result.env_steps % cfg.rollout_steps == 0
     _, meta = load_checkpoint(result.checkpoint)
     assert meta["env_steps"] == result.env_steps  # the clean checkpoint is of the state the run stopped at
     [record] = [json.loads(x) for x in (tmp_path / "run/monitor/migrations.jsonl").read_text().splitlines()]
     assert (record["role"], record["rank"], record["outcome"], record["to_node"]) == ("actor", 0, "no_room", None)
     assert record["level_bytes"] < record["limit_bytes"] == BUDGET_BYTES
     rows = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
-    assert rows[-1]["env_steps"] == result.env_steps == rows[-1]["iteration"] * cfg.batch_size
+    assert rows[-1]["env_steps"] == result.env_steps == rows[-1]["iteration"] * cfg.rollout_steps
 
 
 @pytest.mark.slow
@@ -101,7 +101,7 @@ def test_one_node_has_no_other_store_worker_so_a_leaking_one_is_checkpointed_and
     cfg = migration_config([{"role": "store", "rank": 0, "bytes_per_s": LEAK_BYTES_PER_S}], 256 * 4000)
     result = Trainer(cfg, tmp_path / "run").fit()
     assert result.stopped is not None and "could not be moved" in result.stopped
-    assert 0 < result.env_steps < cfg.train.total_env_steps and result.env_steps % cfg.batch_size == 0
+    assert 0 < result.env_steps < cfg.train.total_env_steps and result.env_steps % cfg.rollout_steps == 0
     [record] = [json.loads(x) for x in (tmp_path / "run/monitor/migrations.jsonl").read_text().splitlines()]
     assert (record["role"], record["rank"], record["outcome"]) == ("store", 0, "no_room")
     assert "no other store worker" in record["detail"]

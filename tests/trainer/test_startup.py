@@ -193,7 +193,7 @@ def test_an_embedded_ray_preloads_the_role_modules_and_retries_its_socket_connec
         @ray.remote(num_cpus=0)
         def imported():
             import gc
-            modules = [m for m in ("torch", "kilorl.roles.actor", "kilorl.roles.learner", *ROLE_MODULES)
+            modules = [m for m in ("torch", "kilorl.roles.env_runner", "kilorl.roles.learner", *ROLE_MODULES)
                        if m in sys.modules]
             return {"modules": modules, "gc on": gc.isenabled(), "frozen": gc.get_freeze_count() > 100_000}
 
@@ -208,6 +208,6 @@ def test_an_embedded_ray_preloads_the_role_modules_and_retries_its_socket_connec
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {
         "driver": False,
-        "worker": {"modules": ["torch", "kilorl.roles.actor", "kilorl.roles.learner", "kilorl.roles.prestart"],
+        "worker": {"modules": ["torch", "kilorl.roles.env_runner", "kilorl.roles.learner", "kilorl.roles.prestart"],
                    "gc on": True, "frozen": True},
         "retry": {"raylet_client_connect_timeout_milliseconds": 20, "raylet_client_num_connect_attempts": 500}}

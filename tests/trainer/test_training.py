@@ -42,7 +42,7 @@ def test_resume_continues_from_the_saved_step(ray_local, tmp_path):
     result = Trainer.resume(run, overrides=["train.total_env_steps=2048"]).fit()
     rows = read_metrics(run)
     new_rows = rows[n_before:]
-    assert new_rows[0]["env_steps"] == 1024 + cfg.batch_size  # first new report continues the count
+    assert new_rows[0]["env_steps"] == 1024 + cfg.rollout_steps  # first new report continues the count
     assert new_rows[0]["iteration"] == saved["iteration"] + 1
     assert new_rows[0]["wall_time"] >= saved["wall_time"]
     assert result.env_steps == 2048
@@ -145,7 +145,7 @@ def test_scaled_down_seed_config_trains_here(ray_local, tmp_path):
         warnings.filterwarnings("error", message=".*overlap_compute_comm.*")  # 2 learners: overlap is real
         result = Trainer(cfg, tmp_path / "run").fit()
     rows = read_metrics(tmp_path / "run")
-    assert result.env_steps == 4096 and len(rows) == 4096 // cfg.batch_size
+    assert result.env_steps == 4096 and len(rows) == 4096 // cfg.rollout_steps
     # 2 learners all-reduced dense buckets: bytes sent are what a dense fp32 all-reduce sends
     assert all(np.isfinite(r["grad_norm"]) and r["comm_bytes_sent"] > 0 for r in rows)
     assert all(r["comm_bytes_sent"] == r["comm_bytes_dense"] and r["comm_ratio"] == 1.0 for r in rows)

@@ -9,17 +9,16 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
-import gymnasium as gym
 import torch
 
 from kilorl.algos import keys
 from kilorl.algos.actor_critic import ActorCriticLearner, ActorCriticState, adam, explained_variance
 from kilorl.algos.flat_params import FlatParameters
-from kilorl.algos.gae import compute_gae
-from kilorl.core import GradientSync, Rollout
+from kilorl.algos.gae import rollout_gae
 
 if TYPE_CHECKING:
-    from kilorl.config import Config
+    from kilorl.algos.a2c.config import A2CConfig
+    from kilorl.algos.api import LearnerContext, RolloutBatch
 
 
 def rmsprop(params: list[torch.nn.Parameter], lr: float, flat: FlatParameters | None = None) -> torch.optim.Optimizer:
@@ -31,27 +30,27 @@ def rmsprop(params: list[torch.nn.Parameter], lr: float, flat: FlatParameters | 
 class A2CLearner(ActorCriticLearner):
     """Policy loss -A log pi(a|s), value loss (V - R)^2, entropy bonus; one step per rollout."""
 
-    def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, grad_sync: GradientSync) -> None:
-        self.cfg, self.algo = cfg, cfg.algo
-        make_opt = rmsprop if cfg.algo.optimizer == "rmsprop" else adam
-        self.ac = ActorCriticState(cfg, obs_space, action_space, grad_sync, make_opt)
+    def __init__(self, algo: A2CConfig, ctx: LearnerContext) -> None:
+        self.algo, self.ctx = algo, ctx
+        make_opt = rmsprop if algo.optimizer == "rmsprop" else adam
+        self.ac = ActorCriticState(algo, ctx, make_opt)
 
     @property
     def model(self) -> torch.nn.Module:
         return self.ac.model
 
-    def update(self, rollout: Rollout, env_steps_total: int) -> dict[str, float]:
+    def update(self, source: RolloutBatch, env_steps_total: int) -> dict[str, float]:
+        rollout = source.rollout()
         ac, algo, steps = self.ac, self.algo, rollout.steps
         ac.merge_moments(rollout)
-        adv, ret = compute_gae(steps[keys.REWARDS], steps[keys.VALUES], steps[keys.DONES],
-                               rollout.last[keys.LAST_VALUES], algo.gamma, algo.gae_lambda)
-        obs, actions = ac.tensor(steps[keys.OBS]), ac.tensor(steps[keys.ACTIONS])
+        adv, ret = rollout_gae(rollout, algo.gamma, algo.gae_lambda)
+        obs, actions = ac.observations(steps[keys.OBS]), ac.tensor(steps[keys.ACTIONS])
         advantages = torch.as_tensor(adv.reshape(-1), device=ac.device)
         returns = torch.as_tensor(ret.reshape(-1), device=ac.device)
         if algo.norm_adv and advantages.numel() > 1:  # over every rank's share of the batch
             advantages = ac.normalized(advantages)
         lr = ac.set_lr(env_steps_total)
-        micro = max(1, self.cfg.train.gradient_accumulation_steps)
+        micro = max(1, self.ctx.gradient_accumulation_steps)
         parts = torch.arange(advantages.numel(), device=ac.device).chunk(micro)
         ac.optimizer.zero_grad(set_to_none=True)
         totals = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0}

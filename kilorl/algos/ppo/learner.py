@@ -5,17 +5,16 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
-import gymnasium as gym
 import torch
 
 from kilorl.algos import keys
 from kilorl.algos.actor_critic import ActorCriticLearner, ActorCriticState, explained_variance
-from kilorl.algos.gae import compute_gae
+from kilorl.algos.gae import rollout_gae
 from kilorl.algos.ppo.loss import ppo_loss
-from kilorl.core import GradientSync, Rollout
 
 if TYPE_CHECKING:
-    from kilorl.config import Config
+    from kilorl.algos.api import LearnerContext, RolloutBatch
+    from kilorl.algos.ppo.config import PPOConfig
 
 _STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 
@@ -65,21 +64,21 @@ class PPOLearner(ActorCriticLearner):
     """With several learners each rank holds a shard of the batch; ``grad_sync`` averages
     gradients (and the early-stopping KL) so every rank takes the identical step."""
 
-    def __init__(self, cfg: Config, obs_space: gym.Space, action_space: gym.Space, grad_sync: GradientSync) -> None:
-        self.cfg, self.algo = cfg, cfg.algo
-        self.ac = ActorCriticState(cfg, obs_space, action_space, grad_sync)
-        self.clip_coef = cfg.algo.clip_coef
+    def __init__(self, algo: PPOConfig, ctx: LearnerContext) -> None:
+        self.algo, self.ctx = algo, ctx
+        self.ac = ActorCriticState(algo, ctx)
+        self.clip_coef = algo.clip_coef
 
     @property
     def model(self) -> torch.nn.Module:
         return self.ac.model
 
-    def update(self, rollout: Rollout, env_steps_total: int) -> dict[str, float]:
+    def update(self, source: RolloutBatch, env_steps_total: int) -> dict[str, float]:
+        rollout = source.rollout()
         ac, algo, steps = self.ac, self.algo, rollout.steps
         ac.merge_moments(rollout)
-        adv, ret = compute_gae(steps[keys.REWARDS], steps[keys.VALUES], steps[keys.DONES],
-                               rollout.last[keys.LAST_VALUES], algo.gamma, algo.gae_lambda)
-        obs, actions = ac.tensor(steps[keys.OBS]), ac.tensor(steps[keys.ACTIONS])
+        adv, ret = rollout_gae(rollout, algo.gamma, algo.gae_lambda)
+        obs, actions = ac.observations(steps[keys.OBS]), ac.tensor(steps[keys.ACTIONS])
         old_logp, old_values = ac.tensor(steps[keys.LOGP]), ac.tensor(steps[keys.VALUES])
         advantages = torch.as_tensor(adv.reshape(-1), device=ac.device)
         returns = torch.as_tensor(ret.reshape(-1), device=ac.device)
@@ -91,7 +90,7 @@ class PPOLearner(ActorCriticLearner):
         stopped_early = 0.0
         for _epoch in range(algo.update_epochs):
             epoch_kl: list[torch.Tensor] = []
-            for idx in minibatches(T, N, self.cfg.parallelism.envs_per_actor, algo.num_minibatches, ac.device):
+            for idx in minibatches(T, N, self.ctx.envs_per_env_runner, algo.num_minibatches, ac.device):
                 ac.optimizer.zero_grad(set_to_none=True)
                 self._minibatch(idx, obs, actions, old_logp, old_values, advantages, returns, stats, epoch_kl)
                 grad_norms.append(ac.step())
@@ -111,7 +110,7 @@ class PPOLearner(ActorCriticLearner):
                    stats: dict[str, list[torch.Tensor]], epoch_kl: list[torch.Tensor]) -> None:
         """Forward/backward of one minibatch in ``gradient_accumulation_steps`` micro-batches."""
         ac, algo = self.ac, self.algo
-        micro = max(1, self.cfg.train.gradient_accumulation_steps)
+        micro = max(1, self.ctx.gradient_accumulation_steps)
         parts = micro_batches(idx, micro)
         # Whole-minibatch advantage statistics (over every rank's share of it): micro-batching
         # and the number of learners change memory use and communication, not the maths.

@@ -1,0 +1,137 @@
+"""DQN's update: gradient steps on samples from its replay table, at ``gradient_steps`` per
+``train_freq`` env steps once ``learning_starts`` env steps are in, with a target network
+updated every ``target_update_interval`` env steps.
+
+Built from the learner building blocks (``kilorl.algos.common``): the Q network from the
+spec's model builder (the one env runners act with), its target, one ``OptimizerStep``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from kilorl.algos import keys
+from kilorl.algos.api import AlgorithmLearner, LearnerContext
+from kilorl.algos.common.device import pick_device
+from kilorl.algos.common.optimizer_step import OptimizerStep
+from kilorl.algos.common.targets import TargetUpdater
+from kilorl.algos.dqn.config import DQNConfig
+from kilorl.algos.dqn.transitions import COLUMNS, TransitionTable
+from kilorl.envs.normalization import RunningMeanStd
+
+_TARGET, _REPLAY = "target/", "replay/"
+
+
+class DQNLearner(AlgorithmLearner):
+    """Online and target Q networks, Adam, and the replay table the data path fills."""
+
+    def __init__(self, algo: DQNConfig, ctx: LearnerContext) -> None:
+        self.algo, self.ctx = algo, ctx
+        self.device = pick_device(ctx.device)
+        self.q = ctx.build_model().to(self.device)
+        self.target = copy.deepcopy(self.q).requires_grad_(False)
+        self.module = ctx.grad_sync.prepare(self.q)
+        self.opt = OptimizerStep(self.q, ctx.grad_sync, algo.lr, algo.max_grad_norm,
+                                 world_size=ctx.world_size, mixed_precision=ctx.mixed_precision)
+        self.targets = TargetUpdater(algo.target_update_interval, algo.tau)
+        self.table: TransitionTable | None = None
+        self.env_steps = 0
+        self.updates = 0
+        """Gradient steps taken."""
+        self.credit = 0.0
+        """Gradient steps owed (fractional) by the env steps inserted since the last update."""
+        self.obs_rms, self.ret_rms = RunningMeanStd(ctx.obs_space.shape), RunningMeanStd(())
+
+    def make_replay_table(self) -> TransitionTable:
+        space = self.ctx.obs_space
+        self.table = TransitionTable(self.algo.buffer_size, space.shape, space.dtype, self.algo.gamma,
+                                     self.algo.n_step, seed=self.ctx.seed * 1000 + self.ctx.rank)
+        return self.table
+
+    def update(self, source: TransitionTable, env_steps_total: int) -> dict[str, float]:
+        algo = self.algo
+        new = env_steps_total - self.env_steps
+        self.env_steps = env_steps_total
+        if env_steps_total <= algo.learning_starts or len(source) == 0:
+            return {"gradient_steps": 0.0}
+        self.credit += new * algo.gradient_steps / algo.train_freq
+        n = int(self.credit)
+        self.credit -= n
+        self.targets.maybe_update(self.target, self.q, env_steps_total)
+        losses, qs, norms = [], [], []
+        for _ in range(n):
+            loss, q_mean, norm = self._step(source.sample(algo.batch_size))
+            losses.append(loss)
+            qs.append(q_mean)
+            norms.append(norm)
+        self.updates += n
+        if not n:
+            return {"gradient_steps": 0.0}
+        return {"gradient_steps": float(n), "td_loss": float(torch.stack(losses).mean()),
+                "q_mean": float(torch.stack(qs).mean()), "grad_norm": float(torch.stack(norms).mean())}
+
+    def _step(self, batch: dict[str, np.ndarray]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One gradient step of the Huber TD loss; returns (loss, mean Q taken, grad norm)."""
+        t = {k: torch.as_tensor(batch[k], device=self.device) for k in COLUMNS}
+        with torch.no_grad():
+            next_q = self.target(t["next_obs"])
+            if self.algo.double_q:
+                best = self.q(t["next_obs"]).argmax(-1, keepdim=True)
+                next_v = next_q.gather(-1, best).squeeze(-1)
+            else:
+                next_v = next_q.max(-1).values
+            target = t["reward"] + t["discount"] * next_v
+        self.opt.zero_grad()
+        with self.opt.autocast():
+            q = self.module(t["obs"]).float().gather(-1, t["action"].long().unsqueeze(-1)).squeeze(-1)
+        loss = F.smooth_l1_loss(q, target)
+        loss.backward()
+        norm = self.opt.step()
+        return loss.detach(), q.detach().mean(), norm.detach()
+
+    # ---- publishing and checkpoints -----------------------------------------------------
+    def weights(self) -> dict[str, np.ndarray]:
+        return {keys.MODEL + k: v.detach().float().cpu().numpy() for k, v in self.q.state_dict().items()}
+
+    def load_weights(self, weights: dict[str, np.ndarray]) -> None:
+        state = {k[len(keys.MODEL):]: torch.as_tensor(np.array(v)) for k, v in weights.items() if k.startswith(keys.MODEL)}
+        self.q.load_state_dict(state)
+        self.target.load_state_dict(state)
+
+    def state(self) -> dict[str, Any]:
+        tensors = {_TARGET + k: v.detach().cpu() for k, v in self.target.state_dict().items()}
+        meta: dict[str, Any] = {"env_steps": self.env_steps, "credit": self.credit,
+                                "target_done_until": self.targets.done_until}
+        if self.table is not None:
+            arrays, table_meta = self.table.table.state()
+            tensors.update({_REPLAY + k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()})
+            meta["replay"] = {**table_meta, "inserted_env_steps": self.table.inserted_env_steps}
+        return {
+            "model": {k: v.detach().cpu() for k, v in self.q.state_dict().items()},
+            "optimizer": self.opt.state_dict(),
+            "obs_rms": self.obs_rms.state(), "ret_rms": self.ret_rms.state(),
+            "updates": self.updates, "torch_rng": torch.get_rng_state(),
+            "tensors": tensors, "extra_meta": meta,
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.q.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.updates = int(state["updates"])
+        if "torch_rng" in state:
+            torch.set_rng_state(state["torch_rng"])
+        tensors, meta = state.get("tensors", {}), state.get("extra_meta", {})
+        target = {k[len(_TARGET):]: v for k, v in tensors.items() if k.startswith(_TARGET)}
+        self.target.load_state_dict(target or state["model"])
+        self.env_steps = int(meta.get("env_steps", 0))
+        self.credit = float(meta.get("credit", 0.0))
+        self.targets.done_until = int(meta.get("target_done_until", self.env_steps // self.algo.target_update_interval))
+        if "replay" in meta and self.table is not None:
+            arrays = {k[len(_REPLAY):]: np.asarray(v) for k, v in tensors.items() if k.startswith(_REPLAY)}
+            self.table.table.load(arrays, meta["replay"])
+            self.table.inserted_env_steps = int(meta["replay"]["inserted_env_steps"])

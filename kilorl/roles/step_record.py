@@ -1,0 +1,58 @@
+"""Pieces of the step record an env runner keeps beside the ``[T, N]`` arrays: the final
+observations of finished episodes, s_T, and the check of a behaviour policy's extras."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+from kilorl.algos import keys
+from kilorl.algos.api import BehaviourPolicy, Extra
+
+
+def check_extras(policy: str, declared: Mapping[str, Extra], got: Mapping[str, np.ndarray], n: int) -> None:
+    """``got`` (one step's extras for ``n`` envs) as ``declared``; else ValueError naming the entry."""
+    missing, undeclared = sorted(set(declared) - set(got)), sorted(set(got) - set(declared))
+    if missing or undeclared:
+        raise ValueError(f"behaviour policy {policy}: extras {undeclared or ''}{' not declared' if undeclared else ''}"
+                         f"{'; ' if missing and undeclared else ''}{f'declared {missing} not returned' if missing else ''}"
+                         f" (declared: {sorted(declared)})")
+    for name, spec in declared.items():
+        value = np.asarray(got[name])
+        want = (n, *spec.shape)
+        if value.shape != want or value.dtype != np.dtype(spec.dtype):
+            raise ValueError(f"behaviour policy {policy}: extra {name!r} is declared {spec.dtype} {list(spec.shape)} "
+                             f"per env, act returned {value.dtype} {list(value.shape[1:])} for {value.shape[0]} envs")
+
+
+class FinalObservations:
+    """Where episodes ended inside one rollout, and their real final observations."""
+
+    def __init__(self) -> None:
+        self.t: list[np.ndarray] = []
+        self.env: list[np.ndarray] = []
+        self.obs: list[np.ndarray] = []
+
+    def add(self, t: int, envs: np.ndarray, obs: np.ndarray) -> None:
+        self.t.append(np.full(len(envs), t, np.int64))
+        self.env.append(envs.astype(np.int64))
+        self.obs.append(obs)
+
+    def record(self, policy: BehaviourPolicy, model: torch.nn.Module,
+               last_obs: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """``(final, last)`` entries of the rollout: the policy's ``observe`` extras of the final
+        observations and of s_T, in one forward pass over both."""
+        k = sum(len(e) for e in self.env)
+        final_obs = np.concatenate(self.obs) if k else np.zeros((0, *last_obs.shape[1:]), last_obs.dtype)
+        with torch.no_grad():
+            extras = policy.observe(model, torch.from_numpy(np.concatenate([final_obs, last_obs])))
+        final = {keys.FINAL_T: np.concatenate(self.t) if k else np.zeros(0, np.int64),
+                 keys.FINAL_ENV: np.concatenate(self.env) if k else np.zeros(0, np.int64),
+                 keys.OBS: final_obs}
+        last = {keys.OBS: last_obs}
+        for name, value in extras.items():
+            value = np.asarray(value)
+            final[name], last[name] = value[:k], value[k:]
+        return final, last
