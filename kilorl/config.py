@@ -84,8 +84,10 @@ class ParallelismConfig(_Section):
     """Number of learner processes (gradients all-reduced across them)."""
     parameter_server: int = Field(default=1, ge=1)
     """Number of parameter-server shards holding the versioned weights."""
-    vector_env: Literal["sync", "async"] = "sync"
-    """Gymnasium vector env inside an actor: in-process (sync) or subprocesses (async)."""
+    vector_env: Literal["in_process", "subprocesses"] = "in_process"
+    """Gymnasium vector env inside an env runner: every env in its process (Gymnasium's
+    ``SyncVectorEnv``) or one subprocess per env (``AsyncVectorEnv``). Not "sync"/"async":
+    those words belong to the ``sync`` section (how env runners follow parameter versions)."""
 
 
 class RoleResources(_Section):

@@ -51,7 +51,7 @@ class EnvRunner(Actor):
         env = cfg.env
         n = cfg.parallelism.envs_per_actor
         self.envs = make_vector_env(env.id, n, env.kwargs, env.max_episode_steps,
-                                    asynchronous=cfg.parallelism.vector_env == "async")
+                                    asynchronous=cfg.parallelism.vector_env == "subprocesses")
         obs_space, act_space = self.envs.single_observation_space, self.envs.single_action_space
         self.model = spec.load("model")(obs_space, act_space, cfg.model)
         self.model.eval()
