@@ -21,9 +21,10 @@ ALLOWED: dict[str, set[str]] = {
     "comm": set(),
     "monitor": set(),
     "params": {"store"},
-    "envs": {"config", "config_section", "core"},
-    "models": {"config", "config_section", "core", "envs"},
-    "algos": {"config", "config_section", "core", "envs", "models", "comm", "params"},
+    "envs": {"config_section", "core"},
+    "models": {"config_section", "core", "envs"},
+    # algorithms see their own section and a context, never the run config
+    "algos": {"config_section", "core", "envs", "models", "comm", "params"},
     "roles": {"config", "config_section", "core", "envs", "models", "algos", "comm", "params", "store", "monitor"},
 }
 # third-party packages a layer must not import: algorithms know nothing of Ray.
@@ -89,3 +90,45 @@ def test_the_checker_sees_imports_inside_functions_and_type_checking(tmp_path):
     assert len(found) == 3, found
     assert any("imports kilorl.trainer" in v for v in found) and any("imports kilorl.roles" in v for v in found)
     assert any("must not use ray" in v for v in found)
+
+
+ALGO_SHARED = {"api", "common", "keys", "config_base", "flat_params", "optim", "gae", "actor_critic", "registry"}
+"""What every algorithm may build on; an algorithm's own folder is its alone."""
+ALGO_INNER: dict[str, set[str]] = {
+    "api": set(),
+    "common": {"api", "keys", "flat_params", "optim"},
+}
+"""Inside ``kilorl.algos``: the contracts and the building blocks import no algorithm (and
+``api`` nothing else of ``algos``)."""
+
+
+def _algos_violations(root: Path = PACKAGE) -> list[str]:
+    bad = []
+    algos = root / "algos"
+    for path in sorted(algos.rglob("*.py")):
+        part = path.relative_to(algos).parts[0].removesuffix(".py")
+        for line, name in _imports(path, root):
+            if not name.startswith("kilorl.algos."):
+                continue
+            target = name.split(".")[2]
+            if target == part:
+                continue
+            if part in ALGO_INNER and target not in ALGO_INNER[part]:
+                bad.append(f"kilorl/algos/{path.relative_to(algos)}:{line} imports {name}")
+            elif part not in ALGO_SHARED and target not in ALGO_SHARED:
+                bad.append(f"kilorl/algos/{path.relative_to(algos)}:{line} imports another algorithm's {name}")
+    return bad
+
+
+def test_the_algorithm_contracts_and_building_blocks_import_no_algorithm():
+    assert _algos_violations() == []
+
+
+def test_the_algos_checker_sees_a_building_block_that_imports_an_algorithm(tmp_path):
+    pkg = tmp_path / "kilorl" / "algos"
+    (pkg / "common").mkdir(parents=True)
+    (pkg / "ppo").mkdir()
+    (pkg / "common" / "x.py").write_text("from kilorl.algos.ppo.loss import ppo_loss\n")
+    (pkg / "ppo" / "y.py").write_text("from kilorl.algos.dqn.model import QNetwork\nfrom kilorl.algos.common import x\n")
+    found = _algos_violations(tmp_path / "kilorl")
+    assert len(found) == 2 and "common/x.py" in found[0] and "another algorithm" in found[1], found

@@ -21,10 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kilorl.algos.common.checkpointing import flatten_optimizer, unflatten_optimizer
 from kilorl.core import CheckpointFiles
 
+__all__ = ["EXTRA_PREFIX", "MODEL_FILE", "STATE_FILE", "checkpoint_files", "flatten_optimizer", "unflatten_optimizer"]
+
 if TYPE_CHECKING:
-    import torch
+    pass
 
 MODEL_FILE = "model.safetensors"
 STATE_FILE = "state.safetensors"
@@ -51,31 +54,3 @@ def checkpoint_files(learner_state: dict[str, Any]) -> CheckpointFiles:
     if learner_state.get("extra_meta"):
         meta["algorithm"] = learner_state["extra_meta"]
     return CheckpointFiles(files, meta)
-
-
-def flatten_optimizer(opt_state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """An optimizer state dict as named tensors plus the JSON structure that rebuilds it."""
-    import torch
-
-    tensors: dict[str, torch.Tensor] = {}
-    scalars: dict[str, dict[str, Any]] = {}
-    for idx, per_param in opt_state["state"].items():
-        for key, value in per_param.items():
-            if isinstance(value, torch.Tensor):
-                tensors[f"optim/{idx}/{key}"] = value.detach().cpu().contiguous()
-            else:
-                scalars.setdefault(str(idx), {})[key] = value
-    return tensors, {"param_groups": opt_state["param_groups"], "scalars": scalars}
-
-
-def unflatten_optimizer(tensors: dict[str, torch.Tensor], structure: dict[str, Any]) -> dict[str, Any]:
-    """The inverse of ``flatten_optimizer``."""
-    state: dict[int, dict[str, Any]] = {}
-    for name, value in tensors.items():
-        if not name.startswith("optim/"):
-            continue
-        _, idx, key = name.split("/", 2)
-        state.setdefault(int(idx), {})[key] = value
-    for idx, extra in structure.get("scalars", {}).items():
-        state.setdefault(int(idx), {}).update(extra)
-    return {"state": state, "param_groups": structure["param_groups"]}

@@ -89,3 +89,20 @@ def test_the_table_evicts_oldest_first_and_a_restored_copy_samples_the_same_rows
     np.testing.assert_array_equal(table.sample(16)["x"], copy.sample(16)["x"])
     with pytest.raises(ValueError, match="columns"):
         table.insert({"y": np.arange(2)})
+
+
+def test_a_dueling_head_splits_value_and_mean_free_advantages():
+    import gymnasium as gym
+    import torch
+
+    from kilorl.algos.dqn.model import build_q_network
+    from kilorl.config import ModelConfig
+
+    net = build_q_network(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(3), ModelConfig(hidden_sizes=[8], dueling=True))
+    obs = torch.randn(5, 4)
+    h = net.torso(obs)
+    q = net(obs)
+    torch.testing.assert_close(q.mean(-1), net.value_head(h).squeeze(-1))  # advantages average to 0
+    assert q.shape == (5, 3) and torch.equal(net.policy(obs), q.argmax(-1))
+    with pytest.raises(ValueError, match="Discrete"):
+        build_q_network(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Box(-1, 1, (2,)), ModelConfig())

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from kilorl.algos import keys
 from kilorl.algos.api import AlgorithmLearner, LearnerContext
+from kilorl.algos.common.checkpointing import NamedParts
 from kilorl.algos.common.device import pick_device
 from kilorl.algos.common.optimizer_step import OptimizerStep
 from kilorl.algos.common.targets import TargetUpdater
@@ -24,7 +25,7 @@ from kilorl.algos.dqn.config import DQNConfig
 from kilorl.algos.dqn.transitions import COLUMNS, TransitionTable
 from kilorl.envs.normalization import RunningMeanStd
 
-_TARGET, _REPLAY = "target/", "replay/"
+_REPLAY = "replay/"
 
 
 class DQNLearner(AlgorithmLearner):
@@ -35,6 +36,8 @@ class DQNLearner(AlgorithmLearner):
         self.device = pick_device(ctx.device)
         self.q = ctx.build_model().to(self.device)
         self.target = copy.deepcopy(self.q).requires_grad_(False)
+        self.parts = NamedParts()
+        self.parts.module("target", self.target)
         self.module = ctx.grad_sync.prepare(self.q)
         self.opt = OptimizerStep(self.q, ctx.grad_sync, algo.lr, algo.max_grad_norm,
                                  world_size=ctx.world_size, mixed_precision=ctx.mixed_precision)
@@ -104,9 +107,9 @@ class DQNLearner(AlgorithmLearner):
         self.target.load_state_dict(state)
 
     def state(self) -> dict[str, Any]:
-        tensors = {_TARGET + k: v.detach().cpu() for k, v in self.target.state_dict().items()}
+        tensors, parts_meta = self.parts.state()
         meta: dict[str, Any] = {"env_steps": self.env_steps, "credit": self.credit,
-                                "target_done_until": self.targets.done_until}
+                                "target_done_until": self.targets.done_until, **parts_meta}
         if self.table is not None:
             arrays, table_meta = self.table.table.state()
             tensors.update({_REPLAY + k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()})
@@ -126,8 +129,10 @@ class DQNLearner(AlgorithmLearner):
         if "torch_rng" in state:
             torch.set_rng_state(state["torch_rng"])
         tensors, meta = state.get("tensors", {}), state.get("extra_meta", {})
-        target = {k[len(_TARGET):]: v for k, v in tensors.items() if k.startswith(_TARGET)}
-        self.target.load_state_dict(target or state["model"])
+        if tensors:
+            self.parts.load(tensors, meta)
+        else:  # weights only (a durable resume's published version): the target starts as the online network
+            self.target.load_state_dict(state["model"])
         self.env_steps = int(meta.get("env_steps", 0))
         self.credit = float(meta.get("credit", 0.0))
         self.targets.done_until = int(meta.get("target_done_until", self.env_steps // self.algo.target_update_interval))
