@@ -7,7 +7,21 @@ importable on its own; the run configuration embeds :class:`MonitorConfig` as it
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import difflib
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+ROLES = ("actor", "learner", "store")
+"""The role names a run has: budgets and injected leaks name one of these."""
+
+
+def check_role(name: str, what: str = "") -> str:
+    """``name`` if it is a role of the run, else a ValueError listing the roles (a typo must not do nothing)."""
+    if name in ROLES:
+        return name
+    close = difflib.get_close_matches(name, ROLES, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ValueError(f"{what}names no role of the run{hint}; roles: {', '.join(ROLES)}")
 
 
 class _Section(BaseModel):
@@ -73,6 +87,11 @@ class LeakInjectionConfig(_Section):
     start_after_s: float = Field(default=0.0, ge=0)
     """Seconds after the role process starts reporting before the leak begins."""
 
+    @field_validator("role")
+    @classmethod
+    def _a_role_of_the_run(cls, role: str) -> str:
+        return check_role(role)
+
 
 class MonitorConfig(_Section):
     prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig)
@@ -82,7 +101,15 @@ class MonitorConfig(_Section):
     migration: MigrationConfig = Field(default_factory=MigrationConfig)
     """When a suspected leak makes the trainer move a role away."""
     memory_budget_bytes: dict[str, int] = Field(default_factory=dict)
-    """Per role name (actor, learner, store, ...): host memory budget; the limit is the lower of it and node RAM."""
+    """Per role name (actor, learner, store; another key is an error): host memory budget; the limit is the lower
+    of it and node RAM."""
     inject_leaks: list[LeakInjectionConfig] = Field(default_factory=list)
     """Fault injection (tests, drills): roles that leak on purpose. The leak belongs to the process: a
     replacement started by a migration does not inherit it (a Ray restart after a crash does)."""
+
+    @field_validator("memory_budget_bytes")
+    @classmethod
+    def _budgets_name_roles(cls, budgets: dict[str, int]) -> dict[str, int]:
+        for name in budgets:
+            check_role(name, f"key {name!r} ")
+        return budgets
