@@ -17,7 +17,9 @@ fills, noise. So the detector
 A leak steep enough to reach its limit before that test can conclude (``fast_max_ttl_s``)
 is reported from a short window of the most recent samples instead (``fast_window_s``, warm-up
 included): the same tests (Theil-Sen slope, Mann-Kendall, both halves rising, no dominant
-jump) on fewer samples, one verdict, and only while the limit is that close. A start-up
+jump, here a stricter one that counts drops too: a robust fit would shrug off the one
+large drop of a sawtooth) on fewer samples, ``fast_confirmations`` verdicts, and only while
+the limit is that close. A start-up
 allocation is a few large jumps and rejected by the jump test; a healthy process far from
 its limit never gets that forecast. What it costs in false alarms is measured in
 docs/benchmarks.md ("Leak detection on real processes").
@@ -84,11 +86,12 @@ class LeakDetector:
         self._recent: deque[tuple[float, float]] = deque()
         """The short window of the steep-leak test (warm-up included)."""
         self._streak = 0
+        self._steep_streak = 0
         self.last = LeakVerdict(False, math.nan, math.nan, math.nan, math.inf, None)
 
     def reset(self) -> None:
         """Forget the history (after the role was restarted or its memory was released)."""
-        self._t0, self._streak = None, 0
+        self._t0, self._streak, self._steep_streak = None, 0, 0
         self._samples.clear()
         self._recent.clear()
 
@@ -114,7 +117,13 @@ class LeakDetector:
         return self.last
 
     def _steep(self, limit: float | None) -> LeakVerdict | None:
-        """The steep-leak verdict on the short window, or None (not steep, or the limit is not that close)."""
+        """The steep-leak verdict once ``fast_confirmations`` evaluations in a row agree, else None."""
+        verdict = self._steep_once(limit)
+        self._steep_streak = self._steep_streak + 1 if verdict is not None else 0
+        return verdict if self._steep_streak >= self.config.fast_confirmations else None
+
+    def _steep_once(self, limit: float | None) -> LeakVerdict | None:
+        """This evaluation's steep-leak verdict on the short window, or None (not steep, or the limit is not that close)."""
         cfg = self.config
         if limit is None or cfg.fast_max_ttl_s <= 0 or len(self._recent) < cfg.fast_min_samples:
             return None
@@ -132,9 +141,9 @@ class LeakDetector:
         z = mann_kendall_z(v)
         mid = t[-1] / 2.0
         halves = [theil_sen(t[m], v[m])[0] if m.sum() >= 3 else -math.inf for m in (t <= mid, t > mid)]
-        jump = float(np.max(np.diff(v), initial=0.0))
-        if z < cfg.fast_min_z or min(halves) < 0.5 * slope or \
-                jump > cfg.max_jump_fraction * slope * t[-1]:
+        steps = np.diff(v)
+        jump = float(np.max(np.abs(steps), initial=0.0))  # a large drop is memory released: a sawtooth, not a leak
+        if z < cfg.fast_min_z or min(halves) < 0.5 * slope or jump > cfg.fast_max_jump_fraction * slope * t[-1]:
             return None
         return LeakVerdict(True, slope, z, level, ttl, limit, fast=True)
 

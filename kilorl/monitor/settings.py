@@ -60,17 +60,24 @@ class LeakDetectorConfig(_Section):
     """Fewer samples than this in the window: no verdict yet."""
     max_samples: int = Field(default=200, ge=8)
     """Older samples are thinned out beyond this many (bounds the O(n^2) Theil-Sen cost)."""
-    fast_max_ttl_s: float = Field(default=60.0, ge=0)
+    fast_max_ttl_s: float = Field(default=30.0, ge=0)
     """A steep leak forecast to reach its limit within this many seconds is reported from the short
-    window (``fast_window_s``), warm-up included, without the full window and confirmations (0: never)."""
-    fast_window_s: float = Field(default=6.0, gt=0)
+    window (``fast_window_s``), warm-up included, without the full window (0: never). About what the full
+    test needs after the warm-up (half a window and its confirmations): sooner, it would come too late."""
+    fast_window_s: float = Field(default=10.0, gt=0)
     """The short window of the steep-leak test: the most recent samples, at least 3/4 of it spanned."""
-    fast_min_samples: int = Field(default=6, ge=5)
+    fast_min_samples: int = Field(default=8, ge=5)
     """Fewer samples than this in the short window: no steep-leak verdict."""
+    fast_max_jump_fraction: float = Field(default=0.3, gt=0, le=1)
+    """The short window's largest sample-to-sample change, up or down, may be at most this share of its rise (a
+    leak rises in many small steps; an allocation caught mid-way by a sample is two or three large ones, and a
+    large drop is memory released)."""
+    fast_confirmations: int = Field(default=2, ge=1)
+    """Consecutive steep-leak verdicts needed (a sawtooth's rising stretch fills the window only for an instant)."""
     fast_min_slope_bytes_per_s: float = Field(default=4 * 2**20, gt=0)
     """The steep-leak test needs at least this slope over the short window (4 MiB/s)."""
     fast_min_z: float = Field(default=2.5, gt=0)
-    """Mann-Kendall z the short window must reach (2.5: six strictly rising samples give 2.6)."""
+    """Mann-Kendall z the short window must reach (2.5: six strictly rising samples give 2.6, eight 3.3)."""
 
 
 class MigrationConfig(_Section):

@@ -129,7 +129,7 @@ GiB = 2**30
 
 @pytest.mark.parametrize("rate_mib_s", [20, 50, 100])
 @pytest.mark.parametrize("seed", range(3))
-def test_a_leak_too_steep_for_the_full_window_is_flagged_from_the_short_one_before_its_limit(rate_mib_s, seed):
+def test_a_steep_leak_is_flagged_before_its_limit_from_the_short_window_when_the_full_one_is_too_late(rate_mib_s, seed):
     rng = np.random.default_rng(seed)
     t = np.arange(0, 60, 0.5)  # two samples a second, the leak from the start (inside the warm-up)
     v = 400 * MiB + rng.normal(0, 2 * MiB, len(t)) + t * rate_mib_s * MiB
@@ -138,10 +138,11 @@ def test_a_leak_too_steep_for_the_full_window_is_flagged_from_the_short_one_befo
         verdict = det.update(float(t[i]), float(x), 2 * GiB)
         if verdict.suspected:
             break
-    assert verdict.suspected and verdict.fast and v[i] < 2 * GiB
+    assert verdict.suspected and v[i] < 2 * GiB
+    assert verdict.fast == (rate_mib_s >= 50)  # 20 MiB/s leaves the full test time to conclude (~42 s left)
     # as early as the short window allows, or once the limit is within fast_max_ttl_s
     within_horizon = (2 * GiB - 400 * MiB - det.config.fast_max_ttl_s * rate_mib_s * MiB) / (rate_mib_s * MiB)
-    assert t[i] <= max(det.config.fast_window_s, within_horizon) + 1.0
+    assert t[i] <= max(det.config.fast_window_s, within_horizon) + 2.0  # + confirmations, noise
     assert verdict.slope_bytes_per_s == pytest.approx(rate_mib_s * MiB, rel=0.1)
     assert verdict.time_to_limit_s == pytest.approx((2 * GiB - v[i]) / (rate_mib_s * MiB), rel=0.2, abs=1.0)
 
@@ -164,7 +165,7 @@ def test_start_up_jumps_gc_sawtooth_and_steps_near_a_limit_are_not_steep_leaks(s
     saw = (t % 7) * 8 * MiB
     for v in (400 * MiB + imports, 600 * MiB + saw, 400 * MiB + np.where(t > 40, 300 * MiB, 0)):
         v = v + rng.normal(0, 2 * MiB, len(t))
-        limit = 1.6 * GiB  # within a minute of 8 MiB/s growth, seconds of the jumps' rate
+        limit = 1.2 * GiB  # within fast_max_ttl_s of the jumps' rate
         assert first_flag_at(t, v, limit) is None
 
 
