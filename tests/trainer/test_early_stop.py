@@ -79,6 +79,23 @@ def test_lost_learners_are_recorded_and_raised_with_a_fresh_start_as_the_way_on_
     assert "learner 0 died" in last["stop_reason"] and "no checkpoint to resume from" in last["resume"]
 
 
+@pytest.mark.parametrize("error", ["parameters", "store"])
+def test_a_store_that_could_not_be_recovered_is_a_store_lost_stop(tmp_path, error):
+    from kilorl.params.reconnect import ParametersLost
+    from kilorl.store.errors import ConnectionLost
+
+    run = tmp_path / "run"
+    _metrics(run, {"env_steps": 1024, "iteration": 4})
+    exc = ParametersLost("policy version 4 is gone") if error == "parameters" else ConnectionLost("worker gone")
+
+    def lost() -> _Result:
+        raise exc
+
+    with pytest.raises(type(exc)):
+        early_stop.recorded(run, 4096, lost)
+    assert (_rows(run)[-1]["stopped"], _rows(run)[-1]["env_steps"]) == ("store_lost", 1024)
+
+
 def test_top_shows_the_stop_of_a_run_that_ended_early(tmp_path, capsys):
     from kilorl.cli.top import run as top
     from kilorl.monitor.discovery import TargetsFile
