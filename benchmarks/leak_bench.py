@@ -2,6 +2,14 @@
 
     python benchmarks/leak_bench.py --rates 1,2,5 --repeats 3 --healthy-s 400
     python benchmarks/leak_bench.py --store-s 300     # a store worker under load, no leaks
+    python benchmarks/leak_bench.py --rates 20,50,100 --leak-after-s 5 --headroom-mib 1600 \
+        --healthy-headroom-mib 400 --healthy-s 300     # steep leaks against a limit
+
+With ``--headroom-mib`` each leaker has a limit (its RSS at launch plus that much, as a
+2 GiB budget leaves a 400 MiB role), so the steep-leak test (``leak.fast_max_ttl_s``) can
+act, and ``margin_s`` says how many seconds of its leak were left to the limit when it
+was flagged; a leaker that reaches its limit unflagged is counted and killed.
+``--healthy-headroom-mib`` gives the healthy children a limit that close too.
 
 With ``--store-s`` the healthy process watched is a real store worker (``kilorl store
 start``, 256 MiB arena) driven for that long by a loader child doing what the store's
@@ -154,7 +162,8 @@ def spawn(kind: str, rate: float, leak_after_s: float, seed: int) -> subprocess.
     )
 
 
-def run(rates: list[float], repeats: int, healthy_s: float, leak_after_s: float, max_wait_s: float) -> dict:
+def run(rates: list[float], repeats: int, healthy_s: float, leak_after_s: float, max_wait_s: float,
+        headroom_mib: float | None = None, healthy_headroom_mib: float | None = None) -> dict:
     kids: list[dict] = []
     for rate in rates:
         for r in range(repeats):
@@ -163,7 +172,11 @@ def run(rates: list[float], repeats: int, healthy_s: float, leak_after_s: float,
         kids.append({"kind": kind, "rate": 0.0, "proc": spawn(kind, 0.0, 0.0, i)})
     for k in kids:
         k.update(ps=psutil.Process(k["proc"].pid), det=LeakDetector(), flagged_at=None, alarms=0, flagged_s=0,
-                 was=False, leak_start=None, done=False, samples=0)
+                 was=False, leak_start=None, done=False, samples=0, limit=None, fast=None, rss_at_flag=None,
+                 over_limit=False)
+        room = headroom_mib if k["kind"] == "leak" else healthy_headroom_mib
+        if room is not None:  # the role's budget: its RSS at launch plus this much (the steep-leak test needs one)
+            k["limit"] = float(k["ps"].memory_info().rss) + room * MiB
         if k["kind"] == "leak":
             os.set_blocking(k["proc"].stdout.fileno(), False)
     t_begin = time.monotonic()
@@ -178,15 +191,18 @@ def run(rates: list[float], repeats: int, healthy_s: float, leak_after_s: float,
                 line = k["proc"].stdout.readline()
                 if line:
                     k["leak_start"] = json.loads(line)["leak_start"]
-            v = k["det"].update(now, float(k["ps"].memory_info().rss), None)
+            rss = float(k["ps"].memory_info().rss)
+            v = k["det"].update(now, rss, k["limit"])
             k["samples"] += 1
             if v.suspected and not k["was"]:
                 k["alarms"] += 1
                 if k["flagged_at"] is None:
-                    k["flagged_at"] = now
+                    k["flagged_at"], k["fast"], k["rss_at_flag"] = now, v.fast, rss
+            if k["limit"] is not None and rss >= k["limit"] and k["flagged_at"] is None:
+                k["over_limit"] = True  # reached its limit unflagged: too late, and no point leaking on
             k["flagged_s"] += int(v.suspected)
             k["was"] = v.suspected
-            if k["kind"] == "leak" and (k["flagged_at"] is not None or
+            if k["kind"] == "leak" and (k["flagged_at"] is not None or k["over_limit"] or
                                        (k["leak_start"] and now - k["leak_start"] > max_wait_s)):
                 k["done"] = True
                 k["proc"].kill()
@@ -203,7 +219,12 @@ def run(rates: list[float], repeats: int, healthy_s: float, leak_after_s: float,
         delays = [k["flagged_at"] - k["leak_start"] for k in ks if k["flagged_at"] and k["leak_start"]]
         early = [k for k in ks if k["flagged_at"] and k["leak_start"] and k["flagged_at"] < k["leak_start"]]
         out["leaks"][rate] = {"delays_s": [round(d, 1) for d in delays], "median_s": round(statistics.median(delays), 1)
-                              if delays else None, "missed": len(ks) - len(delays), "flagged_before_leak": len(early)}
+                              if delays else None, "missed": len(ks) - len(delays), "flagged_before_leak": len(early),
+                              "fast": [k["fast"] for k in ks if k["flagged_at"]],
+                              "reached_limit_unflagged": sum(k["over_limit"] for k in ks)}
+        if headroom_mib is not None:  # how far from the limit each was when flagged, in seconds of its leak
+            out["leaks"][rate]["margin_s"] = [round((k["limit"] - k["rss_at_flag"]) / (rate * MiB), 1)
+                                              for k in ks if k["flagged_at"]]
     for k in kids:
         if k["kind"] != "leak":
             out["healthy"][k["kind"]] = {"observed_s": k["samples"], "alarms": k["alarms"], "flagged_s": k["flagged_s"]}
@@ -217,6 +238,8 @@ def main() -> None:
     p.add_argument("--healthy-s", type=float, default=400.0, help="how long the healthy processes are watched")
     p.add_argument("--leak-after-s", type=float, default=90.0, help="leaks start once the window is full of steady samples")
     p.add_argument("--max-wait-s", type=float, default=120.0, help="a leak not flagged by then counts as missed")
+    p.add_argument("--headroom-mib", type=float, help="leakers' limit: RSS at launch + this (default: no limit)")
+    p.add_argument("--healthy-headroom-mib", type=float, help="healthy children's limit: RSS at launch + this")
     p.add_argument("--worker", choices=["leak", "churn", "sawtooth", "steps"], help=argparse.SUPPRESS)
     p.add_argument("--rate", type=float, default=0.0, help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -233,7 +256,8 @@ def main() -> None:
     if a.store_s:
         print(json.dumps({"store_soak_s": a.store_s, **store_soak(a.store_s)}, indent=1))
         return
-    res = run([float(r) for r in a.rates.split(",")], a.repeats, a.healthy_s, a.leak_after_s, a.max_wait_s)
+    res = run([float(r) for r in a.rates.split(",")], a.repeats, a.healthy_s, a.leak_after_s, a.max_wait_s,
+              a.headroom_mib, a.healthy_headroom_mib)
     print(json.dumps(res, indent=1))
 
 

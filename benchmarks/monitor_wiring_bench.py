@@ -11,6 +11,11 @@ long every role was watched and every (role, memory) the detector flagged.
 
     python benchmarks/monitor_wiring_bench.py overhead --runs 3 --steps 40000
     python benchmarks/monitor_wiring_bench.py healthy --config examples/cartpole_ppo.yaml --steps 300000
+    python benchmarks/monitor_wiring_bench.py healthy --config examples/cartpole_ppo.yaml --budget-gib 2
+
+With ``--budget-gib`` every role has that memory budget, so the steep-leak test
+(``leak.fast_max_ttl_s``) has a limit to forecast to, and migration is on: any decision in
+``migrations.jsonl`` of a healthy run is a false alarm that would have restarted a role.
 """
 
 from __future__ import annotations
@@ -38,13 +43,17 @@ def _steady_sps(run_dir: Path) -> float:
     return (last["env_steps"] - first["env_steps"]) / max(last["train_time"] - first["train_time"], 1e-9)
 
 
-def _cfg(path: str, steps: int, monitor: bool, actors: int | None):
+def _cfg(path: str, steps: int, monitor: bool, actors: int | None, budget_gib: float | None = None):
     overrides = [f"train.total_env_steps={steps}", "logging.progress=false", "logging.report_every_s=1.0",
                  "logging.tensorboard=false",
                  f"monitor.prometheus.enabled={str(monitor).lower()}", "monitor.prometheus.port=0",
                  "checkpoint.every_env_steps=100000000"]
     if actors:
         overrides.append(f"parallelism.actor={actors}")
+    if budget_gib:  # a limit close enough for the steep-leak test to act on; decisions would be carried out
+        b = int(budget_gib * 2**30)
+        overrides += [f"monitor.memory_budget_bytes={{actor: {b}, learner: {b}, store: {b}}}",
+                      "monitor.migration.migrate_before_s=600"]
     return load_config(path, overrides)
 
 
@@ -111,13 +120,18 @@ def healthy(args: argparse.Namespace) -> None:
         watch = Watch(run)
         watch.thread.start()
         t0 = time.monotonic()
-        Trainer(_cfg(args.config, args.steps, True, args.actors), run).fit()
+        result = Trainer(_cfg(args.config, args.steps, True, args.actors, args.budget_gib), run).fit()
         wall = time.monotonic() - t0
         watch.stop.set()
         watch.thread.join()
+        path = run / "monitor" / "migrations.jsonl"  # every decision the detector's verdicts led to
+        decisions = [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
     watched = {f"{r}[{k}] {m}": round(watch.last[key] - watch.first[key], 1)
                for key in watch.first for r, k, m in [key]}
-    print(json.dumps({"config": args.config, "wall_s": round(wall, 1), "watched_s": watched,
+    print(json.dumps({"config": args.config, "budget_gib": args.budget_gib, "wall_s": round(wall, 1),
+                      "env_steps": result.env_steps, "stopped": result.stopped,
+                      "migration_decisions": [(d["role"], d["rank"], d["outcome"], d["reason"]) for d in decisions],
+                      "watched_s": watched,
                       "role_seconds_watched": round(sum(watched.values()), 1), "scrapes_of_a_verdict": watch.evaluations,
                       "false_alarms": {f"{r}[{k}] {m}": round(t, 1) for (r, k, m), t in watch.flags.items()},
                       "max_slope_MiB_per_s": {f"{r}[{k}] {m}": round(v / 2**20, 3)
@@ -133,6 +147,8 @@ def main() -> None:
         s.add_argument("--steps", type=int, default=40_000)
         s.add_argument("--actors", type=int, default=None)
         s.add_argument("--runs", type=int, default=3)
+        s.add_argument("--budget-gib", type=float, default=None,
+                       help="healthy: memory_budget_bytes of every role (the steep-leak test needs a limit)")
     args = p.parse_args()
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     (overhead if args.what == "overhead" else healthy)(args)

@@ -248,6 +248,16 @@ class Config(_Section):
         if self.algo.discount is None and self.env.normalize_reward:
             raise ValueError(f"env.normalize_reward: algo.name={self.algo.name} declares no discount to scale by")
 
+    @model_validator(mode="after")
+    def _leaks_name_running_instances(self) -> Config:
+        """An injected leak on an actor or learner rank the run does not have would do nothing."""
+        counts = {"actor": self.parallelism.actor, "learner": self.parallelism.learner}
+        for i, leak in enumerate(self.monitor.inject_leaks):
+            if leak.role in counts and leak.rank >= counts[leak.role]:
+                raise ValueError(f"monitor.inject_leaks.{i}.rank={leak.rank}: the run has {counts[leak.role]} "
+                                 f"{leak.role}(s), ranks 0..{counts[leak.role] - 1}")
+        return self
+
     @property
     def iterations(self) -> int:
         """Learner updates the run takes (the last rollout may overshoot total_env_steps)."""
@@ -347,7 +357,7 @@ def _format_validation_error(err: ValidationError) -> str:
             msg = e["msg"].removeprefix("Value error, ")
             got = e.get("input")
             shown = f" (got {got!r})" if got is not None and not isinstance(got, dict) else ""
-            lines.append(f"{field}: {msg}{shown}")
+            lines.append(f"{field}: {msg}{shown}" if loc else msg)  # a whole-config check names its fields
     return "invalid config:\n  " + "\n  ".join(lines)
 
 

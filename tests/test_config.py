@@ -40,6 +40,26 @@ def test_unknown_section_is_named():
         config_from_dict({"env": {"id": "CartPole-v1"}, "optimizer": {}})
 
 
+@pytest.mark.parametrize("monitor, field, named", [
+    ({"memory_budget_bytes": {"actr": 2**31}}, "monitor.memory_budget_bytes", "key 'actr'"),
+    ({"inject_leaks": [{"role": "lerner", "bytes_per_s": 1e6}]}, "monitor.inject_leaks.0.role", "'lerner'"),
+])
+def test_a_memory_budget_or_injected_leak_naming_no_role_is_an_error_listing_the_roles(monitor, field, named):
+    with pytest.raises(ConfigError) as err:
+        config_from_dict({"env": {"id": "CartPole-v1"}, "monitor": monitor})
+    msg = str(err.value)
+    assert f"{field}: " in msg and named in msg and "roles: actor, learner, store" in msg and "did you mean" in msg
+
+
+def test_an_injected_leak_on_a_rank_the_run_does_not_have_is_an_error():
+    leak = {"role": "learner", "rank": 1, "bytes_per_s": 1e6}
+    with pytest.raises(ConfigError, match=r"monitor\.inject_leaks\.0\.rank=1: the run has 1 learner"):
+        config_from_dict({"env": {"id": "CartPole-v1"}, "monitor": {"inject_leaks": [leak]}})
+    ok = config_from_dict({"env": {"id": "CartPole-v1"}, "parallelism": {"actor": 2, "learner": 2},
+                           "monitor": {"inject_leaks": [leak], "memory_budget_bytes": {"store": 2**31}}})
+    assert ok.monitor.inject_leaks[0].rank == 1
+
+
 def test_wrong_type_is_named():
     with pytest.raises(ConfigError, match=r"parallelism\.actor: .*integer.*'many'"):
         config_from_dict({"env": {"id": "CartPole-v1"}, "parallelism": {"actor": "many"}})

@@ -6,8 +6,10 @@ import argparse
 import os
 import sys
 import warnings
+from pathlib import Path
 
 from kilorl.config import ConfigError
+from kilorl.trainer import early_stop
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,12 +60,27 @@ def run(args: argparse.Namespace) -> int:
     except StartupError as err:
         print(f"error: {err} (every role this run started was stopped)", file=sys.stderr)
         return 1
+    except Exception as err:
+        if early_stop.kind_of(err) is None:
+            raise
+        print(f"error: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        return _stopped_early(trainer.run_dir, None)
+    if result.stopped is not None:
+        return _stopped_early(result.run_dir, result.checkpoint)
     ret = "n/a" if result.episode_return_mean is None else f"{result.episode_return_mean:.1f}"
     print(f"done: {result.env_steps} env steps in {result.wall_time:.1f}s (startup {result.startup_s:.1f}s), "
           f"return (last {trainer.cfg.logging.return_window} episodes) {ret}"
           + ("" if result.eval_return_mean is None else f", last evaluation {result.eval_return_mean:.1f}"))
     print(f"run dir: {result.run_dir}\ncheckpoint: {result.checkpoint}")
     return 0
+
+
+def _stopped_early(run_dir: Path, checkpoint: Path | None) -> int:
+    """The run ended before its budget: its stop row (kilorl.trainer.early_stop) is the last line, never "done"."""
+    row = early_stop.stopped_row(run_dir)
+    print(f"run dir: {run_dir}" + ("" if checkpoint is None else f"\ncheckpoint: {checkpoint}"))
+    print(early_stop.describe_row(row) if row else f"stopped early: see {run_dir / 'metrics.jsonl'}", flush=True)
+    return early_stop.EXIT_STOPPED
 
 
 def _plain_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,

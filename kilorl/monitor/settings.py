@@ -7,7 +7,21 @@ importable on its own; the run configuration embeds :class:`MonitorConfig` as it
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import difflib
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+ROLES = ("actor", "learner", "store")
+"""The role names a run has: budgets and injected leaks name one of these."""
+
+
+def check_role(name: str, what: str = "") -> str:
+    """``name`` if it is a role of the run, else a ValueError listing the roles (a typo must not do nothing)."""
+    if name in ROLES:
+        return name
+    close = difflib.get_close_matches(name, ROLES, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ValueError(f"{what}names no role of the run{hint}; roles: {', '.join(ROLES)}")
 
 
 class _Section(BaseModel):
@@ -46,6 +60,24 @@ class LeakDetectorConfig(_Section):
     """Fewer samples than this in the window: no verdict yet."""
     max_samples: int = Field(default=200, ge=8)
     """Older samples are thinned out beyond this many (bounds the O(n^2) Theil-Sen cost)."""
+    fast_max_ttl_s: float = Field(default=30.0, ge=0)
+    """A steep leak forecast to reach its limit within this many seconds is reported from the short
+    window (``fast_window_s``), warm-up included, without the full window (0: never). About what the full
+    test needs after the warm-up (half a window and its confirmations): sooner, it would come too late."""
+    fast_window_s: float = Field(default=10.0, gt=0)
+    """The short window of the steep-leak test: the most recent samples, at least 3/4 of it spanned."""
+    fast_min_samples: int = Field(default=8, ge=5)
+    """Fewer samples than this in the short window: no steep-leak verdict."""
+    fast_max_jump_fraction: float = Field(default=0.3, gt=0, le=1)
+    """The short window's largest sample-to-sample change, up or down, may be at most this share of its rise (a
+    leak rises in many small steps; an allocation caught mid-way by a sample is two or three large ones, and a
+    large drop is memory released)."""
+    fast_confirmations: int = Field(default=2, ge=1)
+    """Consecutive steep-leak verdicts needed (a sawtooth's rising stretch fills the window only for an instant)."""
+    fast_min_slope_bytes_per_s: float = Field(default=4 * 2**20, gt=0)
+    """The steep-leak test needs at least this slope over the short window (4 MiB/s)."""
+    fast_min_z: float = Field(default=2.5, gt=0)
+    """Mann-Kendall z the short window must reach (2.5: six strictly rising samples give 2.6, eight 3.3)."""
 
 
 class MigrationConfig(_Section):
@@ -73,6 +105,11 @@ class LeakInjectionConfig(_Section):
     start_after_s: float = Field(default=0.0, ge=0)
     """Seconds after the role process starts reporting before the leak begins."""
 
+    @field_validator("role")
+    @classmethod
+    def _a_role_of_the_run(cls, role: str) -> str:
+        return check_role(role)
+
 
 class MonitorConfig(_Section):
     prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig)
@@ -82,7 +119,15 @@ class MonitorConfig(_Section):
     migration: MigrationConfig = Field(default_factory=MigrationConfig)
     """When a suspected leak makes the trainer move a role away."""
     memory_budget_bytes: dict[str, int] = Field(default_factory=dict)
-    """Per role name (actor, learner, store, ...): host memory budget; the limit is the lower of it and node RAM."""
+    """Per role name (actor, learner, store; another key is an error): host memory budget; the limit is the lower
+    of it and node RAM."""
     inject_leaks: list[LeakInjectionConfig] = Field(default_factory=list)
     """Fault injection (tests, drills): roles that leak on purpose. The leak belongs to the process: a
     replacement started by a migration does not inherit it (a Ray restart after a crash does)."""
+
+    @field_validator("memory_budget_bytes")
+    @classmethod
+    def _budgets_name_roles(cls, budgets: dict[str, int]) -> dict[str, int]:
+        for name in budgets:
+            check_role(name, f"key {name!r} ")
+        return budgets

@@ -23,8 +23,14 @@ A decision is carried out between two iterations of the data path (docs/monitor.
   another member's worker, and roles started there later use the head's
   (``StoreFleet.retire``). The move has served once the latest policy version reads whole
   through the driver's worker;
-* no node with room (for a store worker: no other worker to take its objects): event
-  ``no_room``, a clean checkpoint, and the run stops (never a crash).
+* no other node with room (one machine, or a full cluster): an actor or a learner restarts
+  in place, on its own node in its own placement-group bundle, the old process ended
+  first: an actor's unfinished rollouts are dropped and collected again from the new one
+  (``lost_rollouts``, as for a killed actor), a learner's replacement starts from a fresh
+  checkpoint (``kilorl.trainer.learner_move``); event and outcome ``restarted_in_place``;
+* a store worker with no other worker to take its objects (the head's on one node): event
+  ``no_room``, a clean checkpoint, and the run stops (never a crash); the run's last line
+  and exit code say so (``kilorl.trainer.early_stop``).
 
 Events go to ``kilorl_migration_events_total`` (the driver reports as role ``driver``), each
 finished attempt to ``RUN_DIR/monitor/migrations.jsonl`` with the time from the decision to
@@ -43,11 +49,15 @@ from typing import TYPE_CHECKING, Any
 from kilorl.monitor.migration import MemoryStatus, MigrationDecision, MigrationPolicy
 from kilorl.monitor.settings import MonitorConfig
 from kilorl.roles.monitoring import node_label
+from kilorl.trainer.learner_move import LearnerGroupLost, move_learner
 from kilorl.trainer.replacement import available_per_node, ray_nodes, replacement_node
 
 if TYPE_CHECKING:
     from kilorl.trainer.data_path import DataPath
     from kilorl.trainer.session import RoleSession
+
+IN_PLACE = "restarted_in_place"
+"""Outcome and event of a role restarted on its own node (no other node had room)."""
 
 RESOURCE_KEYS = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
 """Ray ``.options`` resource arguments and the node resource each one takes."""
@@ -66,15 +76,8 @@ class PendingActor:
     """Its ``ready()`` reference."""
     deadline: float
     seed: int
-
-
-class LearnerGroupLost(RuntimeError):
-    """The restarted learner group did not come up; the old one was already ended."""
-
-    def __init__(self, checkpoint: Path, cause: BaseException) -> None:
-        super().__init__(f"the restarted learner group failed ({type(cause).__name__}: {cause}); "
-                         f"the old group had ended")
-        self.checkpoint = checkpoint
+    in_place: bool = False
+    """Restarted on its own node: the old actor has ended already, the new one is in the slot."""
 
 
 @dataclass
@@ -84,7 +87,7 @@ class MigrationRecord:
     role: str
     rank: int
     outcome: str
-    """``completed``, ``failed`` or ``no_room``."""
+    """``completed``, ``restarted_in_place``, ``failed`` or ``no_room``."""
     from_node: str
     to_node: str | None
     reason: str
@@ -182,26 +185,28 @@ class Migrator:
             options = self._options(d.role, d.rank)
             need = {RESOURCE_KEYS[k]: float(v) for k, v in options.items() if k in RESOURCE_KEYS and v}
             target = replacement_node(ray_nodes(), available_per_node(), need, exclude=d.node, role=d.role)
-            if target is None:
-                record.detail = f"no other node has {need} free"
-                self._stop(record, "no_room")
-                return
-            record.to_node = node_label(target)
+            # no other node has room: the role restarts on its own node, in its own bundle
+            record.to_node = d.node if target is None else node_label(target)
+            room = "" if target is not None else f"no other node has {need} free; "
             self._event(d, "started")
             if d.role == "actor":
-                self._start_actor(d, record, t0, target, options)
+                if target is None:
+                    self._restart_actor_in_place(d, record, t0, loop, room)
+                else:
+                    self._start_actor(d, record, t0, target, options)
                 return
             try:
-                detail = self._move_learner(d, loop, target, options)
+                detail = room + move_learner(self, d, loop, target, options)
             except LearnerGroupLost as err:
-                record.detail = str(err)
+                record.detail = room + str(err)
                 self._lost(record, err.checkpoint)
                 return
             except Exception as err:  # noqa: BLE001 - a failed move leaves the old role serving
                 record.detail = f"{type(err).__name__}: {err}"
             else:
-                record.outcome, record.detail, record.serving_s = "completed", detail, time.monotonic() - t0
-        if record.outcome != "completed":
+                record.outcome = "completed" if target is not None else IN_PLACE
+                record.detail, record.serving_s = detail, time.monotonic() - t0
+        if record.outcome not in ("completed", IN_PLACE):
             self.policy.forget(d.role, d.rank)
         self._event(d, record.outcome)
         self._finish(record)
@@ -231,7 +236,7 @@ class Migrator:
         try:
             fleet.retire(node_id, timeout=self.config.migration.ready_timeout_s)
             reporter.retire(d.rank)
-            self._forget_role("store", d.rank)
+            self.forget_role("store", d.rank)
             version = self._read_latest_policy()
         except Exception as err:  # noqa: BLE001 - reported; the run goes on with the workers it has
             record.detail = f"{type(err).__name__}: {err}"
@@ -275,6 +280,28 @@ class Migrator:
         self._pending[i] = PendingActor(d, record, t0, new, new.ready.remote(), deadline,
                                         self.roles.actor_seed(i, generation))
 
+    def _restart_actor_in_place(self, d: MigrationDecision, record: MigrationRecord, t0: float,
+                                loop: DataPath, room: str) -> None:
+        """No other node has room: the old actor ends first (its bundle is the room), a fresh one
+        with a new seed starts in that bundle. Its unfinished rollouts are dropped and collected
+        again from the new one, as a killed actor's are (``lost_rollouts``: never counted twice)."""
+        import ray
+
+        i = d.rank
+        generation = self._generation[i] = self._generation.get(i, 0) + 1
+        seed = self.roles.actor_seed(i, generation)
+        in_flight = loop.in_flight(i)
+        finished = ray.wait(in_flight, num_returns=len(in_flight), timeout=0)[0] if in_flight else []
+        unfinished = len(in_flight) - len(finished)
+        ray.kill(self.roles.actors[i])
+        new = self.roles.spawn_actor(i, seed, self.bundle("actor", i), replacement=True)
+        self.roles.actors[i] = new  # the loop collects the dropped rollouts again from the new handle
+        self.forget_role("actor", i)
+        record.detail = (f"{room}the old process ended first, {unfinished} unfinished rollout(s) of it dropped "
+                         f"and collected again; replacement seed {seed}")
+        deadline = time.monotonic() + self.config.migration.ready_timeout_s
+        self._pending[i] = PendingActor(d, record, t0, new, new.ready.remote(), deadline, seed, in_place=True)
+
     def _advance(self, loop: DataPath) -> None:
         """Swaps in every replacement actor that serves; fails those past their deadline."""
         import ray
@@ -284,6 +311,9 @@ class Migrator:
             if not done and time.monotonic() < pm.deadline:
                 continue
             del self._pending[i]
+            if pm.in_place:
+                self._advance_in_place(pm, done)
+                continue
             try:
                 if not done:
                     raise TimeoutError(f"the replacement did not start within {self.config.migration.ready_timeout_s:g}s")
@@ -296,7 +326,7 @@ class Migrator:
                 in_flight = loop.in_flight(i)  # the old actor's rollouts stay in their batches
                 ray.wait(in_flight, num_returns=len(in_flight), timeout=self.config.migration.ready_timeout_s)
                 old, self.roles.actors[i] = self.roles.actors[i], pm.new
-                self._forget_role("actor", i)
+                self.forget_role("actor", i)
                 ray.kill(old)
                 pm.record.outcome, pm.record.serving_s = "completed", time.monotonic() - pm.t0
                 pm.record.detail = (f"replacement seed {pm.seed}, started while the old actor trained on; "
@@ -304,52 +334,28 @@ class Migrator:
             self._event(pm.decision, pm.record.outcome)
             self._finish(pm.record)
 
-    def _move_learner(self, d: MigrationDecision, loop: DataPath, node_id: str, options: dict[str, Any]) -> str:
-        """The learner moves by a restart from the run's checkpoint; with several learners the
-        whole group restarts (its process group re-forms), the others in their own bundles."""
+    def _advance_in_place(self, pm: PendingActor, done: list[Any]) -> None:
+        """An actor restarted in place serves, or the run stops: its old process is gone already."""
         import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        from kilorl.trainer.checkpoint import load_checkpoint
-
-        timeout = self.config.migration.ready_timeout_s
-        olds = list(self.roles.learners)
-        before = ray.get(olds[d.rank].weights_digest.remote(), timeout=timeout)
-        path = self.save()
-        state, _ = load_checkpoint(path)
-        moved = {**options, "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}
-        gang = len(olds) > 1
-        if gang:  # the old group's bundles are where the others restart: free them first
-            for h in olds:
-                ray.kill(h)
-        new = [self.roles.spawn_learner(r, state, moved if r == d.rank else self._bundle("learner", r),
-                                        replacement=True) for r in range(len(olds))]
         try:
-            master = ray.get(new[0].rendezvous.remote(), timeout=timeout) if gang else None
-            ray.get([h.start.remote(master) for h in new], timeout=timeout)
-            ray.get([h.publish.remote(loop.iteration) for h in new], timeout=timeout)  # republish the current version
-            after = ray.get([h.weights_digest.remote() for h in new], timeout=timeout)
-            if any(a != before for a in after):
-                raise RuntimeError(f"the restarted learners' weights (digests {after}) differ from the old ({before})")
-        except BaseException as err:
-            for h in new:
-                ray.kill(h)
-            if gang:  # the old group is gone: the run stops on the checkpoint just written
-                raise LearnerGroupLost(path, err) from err
-            raise
-        self.roles.learners[:] = new
-        for r in range(len(olds)):
-            self._forget_role("learner", r)
-        if not gang:
-            ray.kill(olds[0])
-        group = f"; all {len(olds)} learners restarted (the process group re-formed)" if gang else ""
-        return f"resumed from {path.name} at version {loop.iteration} (weights digest {before:.6g}){group}"
+            if not done:
+                raise TimeoutError(f"the replacement did not start within {self.config.migration.ready_timeout_s:g}s")
+            ray.get(pm.ready)
+        except Exception as err:  # noqa: BLE001 - no actor serves this slot any more
+            ray.kill(pm.new)
+            pm.record.detail += f"; the replacement failed: {type(err).__name__}: {err}"
+            self._stop(pm.record, "failed")
+            return
+        pm.record.outcome, pm.record.serving_s = IN_PLACE, time.monotonic() - pm.t0
+        self._event(pm.decision, IN_PLACE)
+        self._finish(pm.record)
 
-    def _bundle(self, role: str, instance: int) -> dict[str, Any]:
+    def bundle(self, role: str, instance: int) -> dict[str, Any]:
         """The role's ``.options`` at start-up: its own placement-group bundle."""
         return dict(self.roles.placement.options(role, instance))
 
-    def _forget_role(self, role: str, rank: int) -> None:
+    def forget_role(self, role: str, rank: int) -> None:
         """The old process's verdicts and open question go with it."""
         self._asks.pop((role, rank), None)
         self._status.pop((role, rank), None)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from kilorl.algos import get as get_algorithm
 from kilorl.config import Config, apply_overrides, config_from_dict, dump_config
+from kilorl.trainer import early_stop
 from kilorl.trainer.cluster import Cluster
 from kilorl.trainer.loop_errors import LEARNER_MAX_RESTORES, LearnerLost
 
@@ -128,7 +129,9 @@ class Trainer:
         # starts beside Ray's import").
         fleet = start_local_store(cfg, str(self.l2_dir.resolve())) if needs_local_store(cfg, self.cluster) else None
         try:
-            return self._restoring(state, meta, fleet)
+            # an early stop (result.stopped, learners or store lost) is the run's last metrics row
+            return early_stop.recorded(self.run_dir, cfg.train.total_env_steps,
+                                       lambda: self._restoring(state, meta, fleet))
         finally:
             if fleet is not None:  # the session closed it already, unless the run failed before one began
                 fleet.close()

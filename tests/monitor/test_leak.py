@@ -122,3 +122,64 @@ def test_the_window_is_thinned_beyond_max_samples():
     for i in range(500):
         det.update(i * 0.1, float(i))
     assert len(det._samples) <= 50
+
+
+GiB = 2**30
+
+
+@pytest.mark.parametrize("rate_mib_s", [20, 50, 100])
+@pytest.mark.parametrize("seed", range(3))
+def test_a_steep_leak_is_flagged_before_its_limit_from_the_short_window_when_the_full_one_is_too_late(rate_mib_s, seed):
+    rng = np.random.default_rng(seed)
+    t = np.arange(0, 60, 0.5)  # two samples a second, the leak from the start (inside the warm-up)
+    v = 400 * MiB + rng.normal(0, 2 * MiB, len(t)) + t * rate_mib_s * MiB
+    det = LeakDetector()
+    for i, x in enumerate(v):
+        verdict = det.update(float(t[i]), float(x), 2 * GiB)
+        if verdict.suspected:
+            break
+    assert verdict.suspected and v[i] < 2 * GiB
+    assert verdict.fast == (rate_mib_s >= 50)  # 20 MiB/s leaves the full test time to conclude (~42 s left)
+    # as early as the short window allows, or once the limit is within fast_max_ttl_s
+    within_horizon = (2 * GiB - 400 * MiB - det.config.fast_max_ttl_s * rate_mib_s * MiB) / (rate_mib_s * MiB)
+    assert t[i] <= max(det.config.fast_window_s, within_horizon) + 2.0  # + confirmations, noise
+    assert verdict.slope_bytes_per_s == pytest.approx(rate_mib_s * MiB, rel=0.1)
+    assert verdict.time_to_limit_s == pytest.approx((2 * GiB - v[i]) / (rate_mib_s * MiB), rel=0.2, abs=1.0)
+
+
+def test_a_steep_leak_far_from_its_limit_waits_for_the_full_test():
+    t = np.arange(0, 60, 0.5)
+    v = 400 * MiB + t * 20 * MiB
+    det = LeakDetector()
+    verdicts = [det.update(float(a), float(b), 64 * GiB) for a, b in zip(t, v, strict=True)]
+    assert not any(x.fast for x in verdicts)  # 64 GiB is minutes away: no short-window verdict
+    first = next(i for i, x in enumerate(verdicts) if x.suspected)
+    assert t[first] >= det.config.warmup_s
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_start_up_jumps_gc_sawtooth_and_steps_near_a_limit_are_not_steep_leaks(seed):
+    rng = np.random.default_rng(seed)
+    t = np.arange(0, 120, 0.5)
+    imports = np.minimum(np.floor(t / 1.0), 3) * 250 * MiB  # 750 MiB in three jumps, then flat
+    saw = (t % 7) * 8 * MiB
+    for v in (400 * MiB + imports, 600 * MiB + saw, 400 * MiB + np.where(t > 40, 300 * MiB, 0)):
+        v = v + rng.normal(0, 2 * MiB, len(t))
+        limit = 1.2 * GiB  # within fast_max_ttl_s of the jumps' rate
+        assert first_flag_at(t, v, limit) is None
+
+
+def test_a_sustained_start_up_ramp_close_to_the_limit_is_taken_for_a_leak_only_within_fast_max_ttl_s():
+    t = np.arange(0, 120, 0.5)
+    v = 500 * MiB + np.minimum(t, 15) * 50 * MiB  # 750 MiB in 15 s, then steady: indistinguishable from a leak
+    assert first_flag_at(t, v, 8 * GiB) is None  # the limit is minutes away at 50 MiB/s
+    assert first_flag_at(t, v, 2 * GiB) is not None  # the trade: within fast_max_ttl_s it is acted on
+    assert first_flag_at(t, v, 2 * GiB, LeakDetectorConfig(fast_max_ttl_s=0)) is None
+
+
+def first_flag_at(t, values, limit, config: LeakDetectorConfig | None = None) -> float | None:
+    det = LeakDetector(config)
+    for a, b in zip(t, values, strict=True):
+        if det.update(float(a), float(b), limit).suspected:
+            return float(a)
+    return None

@@ -66,3 +66,31 @@ class SlowCartPole(gym.Env):
 
         time.sleep(self.step_s)
         return self.inner.step(action)
+
+
+class KillsItsLearner(gym.Env):
+    """CartPole; built inside a learner process (``ray::LearnerProcess`` in its title), it SIGKILLs
+    that process ``after_s`` seconds later, every time: a learner that dies on each restore."""
+
+    def __init__(self, after_s: float = 8.0) -> None:
+        import threading
+
+        self.inner = gym.make("CartPole-v1")
+        self.observation_space, self.action_space = self.inner.observation_space, self.inner.action_space
+        with open("/proc/self/cmdline", "rb") as f:
+            in_learner = b"LearnerProcess" in f.read()
+        if in_learner:
+            threading.Timer(after_s, self._die).start()
+
+    @staticmethod
+    def _die() -> None:
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        return self.inner.reset(seed=seed, options=options)
+
+    def step(self, action):
+        return self.inner.step(action)

@@ -25,3 +25,13 @@ def migration_config(leaks: list[dict[str, Any]], total_env_steps: int, actors: 
                  "memory_budget_bytes": {"actor": BUDGET_BYTES, "learner": BUDGET_BYTES, "store": BUDGET_BYTES},
                  "inject_leaks": leaks},
     )
+
+
+STEP_S = 0.0015
+"""SlowCartPole's step time: a batch of 2 actors x 4 envs x 32 steps takes >= 0.19 s."""
+
+
+def slow_env(cfg: Any, step_s: float = STEP_S) -> Any:
+    """``cfg`` on SlowCartPole, so a run lasts past its decisions whatever the machine's speed."""
+    return cfg.model_copy(update={"env": cfg.env.model_copy(update={
+        "id": "tests.trainer.broken_env:SlowCartPole", "kwargs": {"step_s": step_s}})})

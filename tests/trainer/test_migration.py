@@ -3,7 +3,8 @@
 The end-to-end check runs on a 2-raylet ``ray.cluster_utils.Cluster`` in a fresh process
 (tests/trainer/migration_check.py): an actor and a learner with an injected leak are moved
 to the other node before their limit, and the run finishes with exact env-step accounting.
-On one node there is nowhere to go: the run checkpoints and stops.
+On one node there is nowhere to go: an actor or a learner restarts in place; a store worker
+with no other worker to take its objects cannot, and the run checkpoints and stops.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ import sys
 import pytest
 
 from kilorl.trainer import Trainer
-from kilorl.trainer.checkpoint import load_checkpoint
 from kilorl.trainer.replacement import replacement_node
 from tests.conftest import REPO
-from tests.trainer.migration_config import BUDGET_BYTES, LEAK_BYTES_PER_S, migration_config
+from tests.trainer.migration_config import BUDGET_BYTES, LEAK_BYTES_PER_S, migration_config, slow_env
+
+IN_PLACE_BATCHES = 120
+"""Batches of the one-node run: long enough for both decisions and both restarts (slow_env: >= 23 s)."""
 
 A, B, HEAD = "a" * 12 + "0" * 20, "b" * 12 + "0" * 20, "c" * 12 + "0" * 20
 
@@ -57,18 +60,27 @@ def test_a_replacement_needing_a_device_goes_where_a_free_share_of_one_is_big_en
 
 
 @pytest.mark.slow
-def test_one_node_has_no_room_so_the_leaking_actor_is_checkpointed_and_the_run_stops(ray_local, tmp_path):
-    cfg = migration_config([{"role": "actor", "rank": 0, "bytes_per_s": LEAK_BYTES_PER_S}], 256 * 4000)
+def test_one_node_a_leaking_actor_and_learner_are_restarted_in_place_and_the_run_finishes_exactly(ray_local, tmp_path):
+    leaks = [{"role": "actor", "rank": 0, "bytes_per_s": LEAK_BYTES_PER_S},
+             {"role": "learner", "rank": 0, "bytes_per_s": LEAK_BYTES_PER_S}]
+    cfg = slow_env(migration_config(leaks, IN_PLACE_BATCHES * 256))
     result = Trainer(cfg, tmp_path / "run").fit()
-    assert result.stopped is not None and "could not be moved" in result.stopped
-    assert 0 < result.env_steps < cfg.train.total_env_steps and result.env_steps % cfg.rollout_steps == 0
-    _, meta = load_checkpoint(result.checkpoint)
-    assert meta["env_steps"] == result.env_steps  # the clean checkpoint is of the state the run stopped at
-    [record] = [json.loads(x) for x in (tmp_path / "run/monitor/migrations.jsonl").read_text().splitlines()]
-    assert (record["role"], record["rank"], record["outcome"], record["to_node"]) == ("actor", 0, "no_room", None)
-    assert record["level_bytes"] < record["limit_bytes"] == BUDGET_BYTES
+    assert result.stopped is None
     rows = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
-    assert rows[-1]["env_steps"] == result.env_steps == rows[-1]["iteration"] * cfg.rollout_steps
+    assert result.env_steps == cfg.train.total_env_steps == rows[-1]["iteration"] * cfg.rollout_steps  # exact accounting
+    records = {r["role"]: r for r in map(json.loads, (tmp_path / "run/monitor/migrations.jsonl").read_text().splitlines())}
+    assert sorted(records) == ["actor", "learner"]
+    for rec in records.values():
+        assert (rec["rank"], rec["outcome"]) == (0, "restarted_in_place") and rec["from_node"] == rec["to_node"]
+        assert rec["level_bytes"] < rec["limit_bytes"] == BUDGET_BYTES  # replaced before the limit
+        assert rec["detail"].startswith("no other node has") and "the old process ended first" in rec["detail"]
+    assert "rollout(s) of it dropped and collected again" in records["actor"]["detail"]
+    assert records["learner"]["detail"].split("; ")[1].startswith("resumed from step_")
+    # the replacements do not leak (the injected leak stays with the old process): no second decision
+    assert len(records) == 2
+    moved_at = max(rec["iteration"] for rec in records.values())
+    after = [x["episode_return_mean"] for x in rows if x["iteration"] > moved_at and "episode_return_mean" in x]
+    assert len(after) >= 10 and all(math.isfinite(v) for v in after)
 
 
 @pytest.mark.slow

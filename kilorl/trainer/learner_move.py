@@ -1,0 +1,73 @@
+"""Moving a learner (kilorl.trainer.migration): a restart from the run's checkpoint, elsewhere or in place.
+
+To another node the replacement starts while the old learner lives, so a failed start leaves
+the old one serving. In place (no other node has room) and with several learners (the process
+group must re-form) the old processes end first: their bundles are where the new ones start.
+A restart that then fails leaves no learner: ``LearnerGroupLost``, and the run stops on the
+checkpoint written just before.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kilorl.monitor.migration import MigrationDecision
+    from kilorl.trainer.data_path import DataPath
+    from kilorl.trainer.migration import Migrator
+
+
+class LearnerGroupLost(RuntimeError):
+    """The restarted learner group did not come up; the old one was already ended."""
+
+    def __init__(self, checkpoint: Path, cause: BaseException) -> None:
+        super().__init__(f"the restarted learner group failed ({type(cause).__name__}: {cause}); "
+                         f"the old group had ended")
+        self.checkpoint = checkpoint
+
+
+def move_learner(m: Migrator, d: MigrationDecision, loop: DataPath, node_id: str | None,
+                 options: dict[str, Any]) -> str:
+    """Restarts learner ``d.rank`` from a fresh checkpoint on ``node_id`` (None: in place, in its
+    own bundle), the whole group when there are several; returns the record's detail."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from kilorl.trainer.checkpoint import load_checkpoint
+
+    timeout = m.config.migration.ready_timeout_s
+    olds = list(m.roles.learners)
+    before = ray.get(olds[d.rank].weights_digest.remote(), timeout=timeout)
+    path = m.save()
+    state, _ = load_checkpoint(path)
+    in_place, gang = node_id is None, len(olds) > 1
+    moved = (m.bundle("learner", d.rank) if node_id is None
+             else {**options, "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)})
+    ends_first = gang or in_place
+    if ends_first:  # the old processes' bundles are where the new ones start: free them first
+        for h in olds:
+            ray.kill(h)
+    new = [m.roles.spawn_learner(r, state, moved if r == d.rank else m.bundle("learner", r), replacement=True)
+           for r in range(len(olds))]
+    try:
+        master = ray.get(new[0].rendezvous.remote(), timeout=timeout) if gang else None
+        ray.get([h.start.remote(master) for h in new], timeout=timeout)
+        ray.get([h.publish.remote(loop.iteration) for h in new], timeout=timeout)  # republish the current version
+        after = ray.get([h.weights_digest.remote() for h in new], timeout=timeout)
+        if any(a != before for a in after):
+            raise RuntimeError(f"the restarted learners' weights (digests {after}) differ from the old ({before})")
+    except BaseException as err:
+        for h in new:
+            ray.kill(h)
+        if ends_first:  # the old learners are gone: the run stops on the checkpoint just written
+            raise LearnerGroupLost(path, err) from err
+        raise
+    m.roles.learners[:] = new
+    for r in range(len(olds)):
+        m.forget_role("learner", r)
+    if not ends_first:
+        ray.kill(olds[0])
+    group = f"; all {len(olds)} learners restarted (the process group re-formed)" if gang else ""
+    where = "; the old process ended first, the new one started in its bundle" if in_place else ""
+    return f"resumed from {path.name} at version {loop.iteration} (weights digest {before:.6g}){group}{where}"
