@@ -67,20 +67,25 @@ class DQNLearner(AlgorithmLearner):
         self.credit -= n
         self.targets.maybe_update(self.target, self.q, env_steps_total)
         losses, qs, norms = [], [], []
-        for _ in range(n):
-            loss, q_mean, norm = self._step(source.sample(algo.batch_size))
-            losses.append(loss)
-            qs.append(q_mean)
-            norms.append(norm)
+        if n:
+            # every step's rows drawn at once (the table does not change during the phase): one
+            # gather and one tensor per column instead of n of each
+            rows = source.sample(algo.batch_size * n)
+            cols = {k: torch.as_tensor(rows[k], device=self.device) for k in COLUMNS}
+            for i in range(n):
+                part = slice(i * algo.batch_size, (i + 1) * algo.batch_size)
+                loss, q_mean, norm = self._step({k: v[part] for k, v in cols.items()})
+                losses.append(loss)
+                qs.append(q_mean)
+                norms.append(norm)
         self.updates += n
         if not n:
             return {"gradient_steps": 0.0}
         return {"gradient_steps": float(n), "td_loss": float(torch.stack(losses).mean()),
                 "q_mean": float(torch.stack(qs).mean()), "grad_norm": float(torch.stack(norms).mean())}
 
-    def _step(self, batch: dict[str, np.ndarray]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _step(self, t: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One gradient step of the Huber TD loss; returns (loss, mean Q taken, grad norm)."""
-        t = {k: torch.as_tensor(batch[k], device=self.device) for k in COLUMNS}
         with torch.no_grad():
             next_q = self.target(t["next_obs"])
             if self.algo.double_q:
