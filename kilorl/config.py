@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from kilorl.algos.ppo.config import PPOConfig
 from kilorl.algos.registry import get as algo_spec
@@ -88,6 +88,12 @@ class ParallelismConfig(_Section):
     """Gymnasium vector env inside an env runner: every env in its process (Gymnasium's
     ``SyncVectorEnv``) or one subprocess per env (``AsyncVectorEnv``). Not "sync"/"async":
     those words belong to the ``sync`` section (how env runners follow parameter versions)."""
+
+    @field_validator("vector_env", mode="before")
+    @classmethod
+    def _legacy_vector_env(cls, value: Any) -> Any:
+        """Run directories written before the rename say ``sync`` / ``async``: read them as such."""
+        return {"sync": "in_process", "async": "subprocesses"}.get(value, value) if isinstance(value, str) else value
 
 
 class RoleResources(_Section):

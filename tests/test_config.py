@@ -162,3 +162,10 @@ def test_every_algorithm_field_is_documented():
         config = get(name).load("config")
         for field_name, field in config.model_fields.items():
             assert field.description, f"algo ({name}).{field_name} has no docstring"
+
+
+@pytest.mark.parametrize(("written", "read"), [("sync", "in_process"), ("async", "subprocesses"),
+                                               ("subprocesses", "subprocesses")])
+def test_the_vector_env_of_an_older_run_directory_reads_as_its_new_name(written, read):
+    cfg = config_from_dict({"env": {"id": "CartPole-v1"}, "parallelism": {"vector_env": written}})
+    assert cfg.parallelism.vector_env == read
