@@ -31,14 +31,14 @@ from kilorl.algos import get, keys
 from kilorl.config import load_config
 from kilorl.core import Rollout
 from kilorl.roles.env_runner import EnvRunner
-from kilorl.roles.grad_sync import make_grad_sync
+from kilorl.roles.grad_comm import make_grad_comm
 from kilorl.algos.api import RolloutBatch
 from kilorl.roles.learner import build_algorithm
 from kilorl.roles.parameter_store import InMemoryParameterStore
 
 calls = int(sys.argv[2])
 cfg = load_config(sys.argv[1], [])
-learner = build_algorithm(cfg, make_grad_sync(cfg, 1))
+learner = build_algorithm(cfg, make_grad_comm(cfg, 1))
 T, N = cfg.algo.rollout_length, cfg.parallelism.envs_per_actor
 rng = np.random.default_rng(0)
 steps = {keys.OBS: rng.standard_normal((T, N, 4)).astype(np.float32),

@@ -5,7 +5,7 @@ Three levels, each implemented once per kind and called by exactly one other par
 - ``ParameterStore``: versioned parameters shared by all roles (roles call it).
 - ``Actor`` / ``Learner``: the role processes the trainer calls (``ready``/``collect``,
   ``publish``/``update``/``state``).
-- ``GradientSync``: how an algorithm's learner reaches gradient communication.
+- ``GradientComm``: how an algorithm's learner reaches gradient communication.
 
 What an algorithm supplies to the generic roles (its behaviour policy, its learner) is in
 ``kilorl.algos.api``; algorithms implement it without knowing of Ray.
@@ -186,7 +186,7 @@ class Learner(abc.ABC):
 
 
 # ---- learners: their one door to gradient communication -------------------------------
-class GradientSync(abc.ABC):
+class GradientComm(abc.ABC):
     """The learner's one door to gradient communication (docs/architecture.md, "Contracts").
 
     An algorithm calls ``prepare`` once, runs micro-batches except the last inside

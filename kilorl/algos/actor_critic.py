@@ -45,10 +45,10 @@ class ActorCriticState:
     def __init__(self, algo: OnPolicyConfig, ctx: LearnerContext,
                  make_optimizer: Callable[[list[torch.nn.Parameter], float, FlatParameters | None], Optimizer] = adam,
                  ) -> None:
-        self.algo, self.ctx, self.grad_sync = algo, ctx, ctx.grad_sync
+        self.algo, self.ctx, self.grad_comm = algo, ctx, ctx.grad_comm
         self.device = pick_device(ctx.device)
         self.model = ctx.build_model().to(self.device)
-        self.module = self.grad_sync.prepare(self.model)
+        self.module = self.grad_comm.prepare(self.model)
         self.params = list(self.model.parameters())
         # one rank owns its gradients: keep them (and the parameters) in one buffer each, so
         # clipping and the optimizer make one call (``kilorl.algos.flat_params``)
@@ -96,7 +96,7 @@ class ActorCriticState:
 
     def step(self) -> torch.Tensor:
         """Average gradients over ranks, clip, take the optimizer step; returns the grad norm."""
-        self.grad_sync.synchronize(self.params)
+        self.grad_comm.synchronize(self.params)
         if self.flat is not None:
             norm = self.flat.clip_grad_norm_(self.algo.max_grad_norm)
         else:
@@ -114,7 +114,7 @@ class ActorCriticState:
         if self.single:
             return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         a = advantages.detach().double()
-        sums = self.grad_sync.sum_tensor(torch.stack([torch.tensor(float(a.numel()), dtype=torch.float64),
+        sums = self.grad_comm.sum_tensor(torch.stack([torch.tensor(float(a.numel()), dtype=torch.float64),
                                                       a.sum(), (a * a).sum()]).cpu())
         n, s1, s2 = (float(v) for v in sums)
         mean = s1 / n
@@ -143,7 +143,7 @@ class ActorCriticState:
             n = torch.tensor([counts.sum()], dtype=torch.float64)
             s1 = torch.as_tensor((counts[:, None] * means).sum(0))
             s2 = torch.as_tensor((counts[:, None] * (vars_ + means**2)).sum(0))
-            n, s1, s2 = (self.grad_sync.sum_tensor(t) for t in (n, s1, s2))
+            n, s1, s2 = (self.grad_comm.sum_tensor(t) for t in (n, s1, s2))
             total = float(n[0])
             if total <= 0:
                 continue

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import gymnasium as gym
     import torch
 
-    from kilorl.core import GradientSync, Rollout
+    from kilorl.core import GradientComm, Rollout
 
 State = dict[str, np.ndarray]
 """A behaviour policy's per-env state: ``[N, ...]`` arrays (an LSTM's ``h`` and ``c``); empty
@@ -118,7 +118,7 @@ class LearnerContext:
 
     obs_space: gym.Space
     action_space: gym.Space
-    grad_sync: GradientSync
+    grad_comm: GradientComm
     build_model: Callable[[], torch.nn.Module]
     """The spec's model builder applied to the spaces and the run's ``model`` section: the
     same network an env runner and ``kilorl eval`` build."""

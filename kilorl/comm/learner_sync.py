@@ -3,7 +3,7 @@
 Implements the learner-side contract (``prepare``, ``no_sync``, ``synchronize(params)``,
 ``average_scalars``, ``sum_tensor``, ``stats``; docs/architecture.md, "Contracts") by duck
 typing: comm sits below the RL side and cannot import the abstract class, so the roles
-layer subclasses both (``class CommSync(LearnerSync, GradientSync)``) or uses it as is.
+layer subclasses both (``class BucketedComm(LearnerSync, GradientComm)``) or uses it as is.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The learner role: any registered algorithm's update, publishing each new version.
 
-Generic: it looks the algorithm up by ``algo.name``, gives it a ``GradientSync`` for
+Generic: it looks the algorithm up by ``algo.name``, gives it a ``GradientComm`` for
 gradient communication, merges the actors' rollouts along the env axis (``[T, N]``
 stays ``[T, N_total]``) and publishes what the algorithm's ``weights()`` returns.
 """
@@ -19,11 +19,11 @@ from kilorl.algos import get as get_algorithm
 from kilorl.algos import keys
 from kilorl.algos.api import AlgorithmLearner, LearnerContext
 from kilorl.comm import init_process_group
-from kilorl.core import CheckpointFiles, GradientSync, Learner, ParameterStore, Rollout
+from kilorl.core import CheckpointFiles, GradientComm, Learner, ParameterStore, Rollout
 from kilorl.envs import make_env
 from kilorl.roles.checkpoint_format import checkpoint_files
 from kilorl.roles.evaluation import EpisodeRunner
-from kilorl.roles.grad_sync import make_grad_sync
+from kilorl.roles.grad_comm import make_grad_comm
 from kilorl.roles.heap import retain_freed_memory
 from kilorl.roles.learner_feeds import make_feed, merge_rollouts, stale
 
@@ -42,13 +42,13 @@ def env_spaces(cfg: Config) -> tuple[gym.Space, gym.Space]:
         probe.close()
 
 
-def learner_context(cfg: Config, obs_space: gym.Space, action_space: gym.Space, grad_sync: GradientSync,
+def learner_context(cfg: Config, obs_space: gym.Space, action_space: gym.Space, grad_comm: GradientComm,
                     rank: int = 0, world: int = 1) -> LearnerContext:
     """The small context an algorithm's learner is built with (not the whole run config)."""
     build = get_algorithm(cfg.algo.name).load("model")
     par, train = cfg.parallelism, cfg.train
     return LearnerContext(
-        obs_space=obs_space, action_space=action_space, grad_sync=grad_sync,
+        obs_space=obs_space, action_space=action_space, grad_comm=grad_comm,
         build_model=lambda: build(obs_space, action_space, cfg.model), device=train.device, rank=rank,
         world_size=world, envs_per_env_runner=par.envs_per_actor, num_env_runners=par.actor,
         total_env_steps=train.total_env_steps, seed=train.seed, mixed_precision=train.mixed_precision,
@@ -56,11 +56,11 @@ def learner_context(cfg: Config, obs_space: gym.Space, action_space: gym.Space, 
     )
 
 
-def build_algorithm(cfg: Config, grad_sync: GradientSync, spaces: tuple[gym.Space, gym.Space] | None = None,
+def build_algorithm(cfg: Config, grad_comm: GradientComm, spaces: tuple[gym.Space, gym.Space] | None = None,
                     rank: int = 0, world: int = 1) -> AlgorithmLearner:
     """The run's algorithm learner: its class from the registry, its section, its context."""
     obs_space, action_space = spaces or env_spaces(cfg)
-    ctx = learner_context(cfg, obs_space, action_space, grad_sync, rank, world)
+    ctx = learner_context(cfg, obs_space, action_space, grad_comm, rank, world)
     return get_algorithm(cfg.algo.name).load("learner")(cfg.algo, ctx)
 
 
@@ -76,7 +76,7 @@ class LearnerRole(Learner):
         backend: str = "gloo",
         master: tuple[str, int] | None = None,
         state: dict[str, Any] | None = None,
-        grad_sync: GradientSync | None = None,
+        grad_comm: GradientComm | None = None,
         weights_version: int | None = None,
     ) -> None:
         """``weights_version``: after ``state``, take the model and normalizers of this
@@ -91,9 +91,9 @@ class LearnerRole(Learner):
         self.cfg, self.rank, self.world, self.store = cfg, rank, world, store
         self.max_staleness = cfg.sync.staleness(cfg.train.pipeline_depth)
         obs_space, action_space = env_spaces(cfg)  # probed here, in parallel with the actors' start
-        self.grad_sync = grad_sync or make_grad_sync(cfg, world)
-        self.algorithm = build_algorithm(cfg, self.grad_sync, (obs_space, action_space), rank, world)
-        self.feed = make_feed(get_algorithm(cfg.algo.name).data_path, self.algorithm, self.grad_sync, world,
+        self.grad_comm = grad_comm or make_grad_comm(cfg, world)
+        self.algorithm = build_algorithm(cfg, self.grad_comm, (obs_space, action_space), rank, world)
+        self.feed = make_feed(get_algorithm(cfg.algo.name).data_path, self.algorithm, self.grad_comm, world,
                               self.max_staleness)
         if state is not None:
             self.algorithm.load_state(state)
@@ -122,7 +122,7 @@ class LearnerRole(Learner):
         stats = self.feed.train(version, env_steps_total, list(rollouts))
         t1 = time.perf_counter()
         self.publish(version)
-        stats.update(self.grad_sync.stats(), learner_update_s=t1 - t0, publish_s=time.perf_counter() - t1)
+        stats.update(self.grad_comm.stats(), learner_update_s=t1 - t0, publish_s=time.perf_counter() - t1)
         return stats
 
     def state(self) -> dict[str, Any]:

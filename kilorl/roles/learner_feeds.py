@@ -19,7 +19,7 @@ import numpy as np
 
 from kilorl.algos import keys
 from kilorl.algos.api import AlgorithmLearner, RolloutBatch
-from kilorl.core import GradientSync, Rollout
+from kilorl.core import GradientComm, Rollout
 
 
 def merge_rollouts(rollouts: list[Rollout]) -> Rollout:
@@ -52,15 +52,15 @@ def stale(rollouts: list[Rollout], trained_version: int, max_staleness: int) -> 
 class OnPolicyFeed:
     """Fresh rollouts of this iteration, merged; stale ones dropped and counted."""
 
-    def __init__(self, algorithm: AlgorithmLearner, grad_sync: GradientSync, world: int, max_staleness: int) -> None:
-        self.algorithm, self.grad_sync, self.world, self.max_staleness = algorithm, grad_sync, world, max_staleness
+    def __init__(self, algorithm: AlgorithmLearner, grad_comm: GradientComm, world: int, max_staleness: int) -> None:
+        self.algorithm, self.grad_comm, self.world, self.max_staleness = algorithm, grad_comm, world, max_staleness
 
     def train(self, version: int, env_steps_total: int, rollouts: list[Rollout]) -> dict[str, float]:
         """The weights being trained are ``version - 1``; a rollout older than that by more
         than ``max_staleness`` is dropped (``stale_rollouts``)."""
         old = stale(rollouts, version - 1, self.max_staleness)
         fresh = [r for r, s in zip(rollouts, old) if not s]
-        empty = self.grad_sync.average_scalars([float(not fresh)])[0] if self.world > 1 else float(not fresh)
+        empty = self.grad_comm.average_scalars([float(not fresh)])[0] if self.world > 1 else float(not fresh)
         stats = {} if empty > 0 else self.algorithm.update(RolloutBatch(merge_rollouts(fresh)), env_steps_total)
         stats.update(stale_rollouts=float(sum(old)), skipped_update=float(empty > 0))
         return stats
@@ -69,7 +69,7 @@ class OnPolicyFeed:
 class ReplayFeed:
     """Every rollout into the algorithm's replay table; the algorithm samples from it."""
 
-    def __init__(self, algorithm: AlgorithmLearner, grad_sync: GradientSync, world: int, max_staleness: int) -> None:
+    def __init__(self, algorithm: AlgorithmLearner, grad_comm: GradientComm, world: int, max_staleness: int) -> None:
         self.algorithm = algorithm
         self.table = algorithm.make_replay_table()
 
@@ -85,10 +85,10 @@ FEEDS: dict[str, Callable[..., Any]] = {"on_policy": OnPolicyFeed, "replay": Rep
 """Data path name -> the learner's feed for it."""
 
 
-def make_feed(data_path: str, algorithm: AlgorithmLearner, grad_sync: GradientSync, world: int,
+def make_feed(data_path: str, algorithm: AlgorithmLearner, grad_comm: GradientComm, world: int,
               max_staleness: int) -> OnPolicyFeed | ReplayFeed:
     try:
         feed = FEEDS[data_path]
     except KeyError:
         raise ValueError(f"no learner feed for the {data_path!r} data path; known: {', '.join(sorted(FEEDS))}") from None
-    return feed(algorithm, grad_sync, world, max_staleness)
+    return feed(algorithm, grad_comm, world, max_staleness)

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from kilorl.algos.api import RolloutBatch
-from kilorl.roles.grad_sync import AllReduceSync
+from kilorl.roles.grad_comm import AllReduceComm
 from kilorl.roles.learner import build_algorithm
 from tests.conftest import fake_rollout, tiny_config
 
@@ -14,7 +14,7 @@ from tests.conftest import fake_rollout, tiny_config
 def make(micro: int = 1, **algo):
     cfg = tiny_config(algo={"name": "a2c", "rollout_length": 32, "anneal_lr": False, **algo},
                       train={"gradient_accumulation_steps": micro})
-    return build_algorithm(cfg, AllReduceSync(1))
+    return build_algorithm(cfg, AllReduceComm(1))
 
 
 def test_update_raises_the_log_prob_of_positive_advantage_actions():

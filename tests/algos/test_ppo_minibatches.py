@@ -7,7 +7,7 @@ import torch
 from kilorl.algos.api import RolloutBatch
 from kilorl.algos.ppo import learner as ppo_learner
 from kilorl.algos.ppo.learner import micro_batches, minibatches, rows
-from kilorl.roles.grad_sync import make_grad_sync
+from kilorl.roles.grad_comm import make_grad_comm
 from kilorl.roles.learner import build_algorithm
 from tests.conftest import fake_rollout, tiny_config
 
@@ -32,7 +32,7 @@ def _updated(cfg, monkeypatch=None, permuted: bool = False) -> dict[str, np.ndar
     if permuted:  # the same single minibatch as a shuffled index tensor (the path before the slice)
         monkeypatch.setattr(ppo_learner, "minibatches", lambda T, N, *_: [torch.randperm(T * N)])
     torch.manual_seed(0)
-    learner = build_algorithm(cfg, make_grad_sync(cfg, 1))
+    learner = build_algorithm(cfg, make_grad_comm(cfg, 1))
     learner.update(RolloutBatch(fake_rollout(seed=1)), 1024)
     return {k: v.detach().numpy().copy() for k, v in learner.model.state_dict().items()}
 
@@ -42,7 +42,7 @@ def test_the_whole_batch_in_order_takes_the_step_a_shuffled_whole_batch_takes(mo
                       train={"gradient_accumulation_steps": 2})
     in_order, shuffled = _updated(cfg), _updated(cfg, monkeypatch, permuted=True)
     torch.manual_seed(0)
-    untrained = build_algorithm(cfg, make_grad_sync(cfg, 1)).model.state_dict()
+    untrained = build_algorithm(cfg, make_grad_comm(cfg, 1)).model.state_dict()
     for name, value in in_order.items():
         assert not np.allclose(value, untrained[name].numpy()), name
         np.testing.assert_allclose(value, shuffled[name], rtol=1e-4, atol=1e-6, err_msg=name)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from kilorl.algos.api import RolloutBatch
-from kilorl.roles.grad_sync import make_grad_sync
+from kilorl.roles.grad_comm import make_grad_comm
 from kilorl.roles.learner import build_algorithm
 from tests.conftest import fake_rollout, tiny_config
 
@@ -15,7 +15,7 @@ def _stats(anneal_clip: bool, env_steps: int, **algo) -> dict[str, float]:
     cfg = tiny_config(algo={"clip_coef": 0.2, "anneal_clip": anneal_clip, "num_minibatches": 1, **algo},
                       train={"total_env_steps": TOTAL})
     torch.manual_seed(0)
-    learner = build_algorithm(cfg, make_grad_sync(cfg, 1))
+    learner = build_algorithm(cfg, make_grad_comm(cfg, 1))
     return learner.update(RolloutBatch(fake_rollout(0)), env_steps)
 
 

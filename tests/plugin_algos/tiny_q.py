@@ -62,7 +62,7 @@ class TinyQLearner(AlgorithmLearner):
         self.algo, self.ctx = algo, ctx
         self.q = ctx.build_model()
         self.target = copy.deepcopy(self.q)
-        self.opt = OptimizerStep(self.q, ctx.grad_sync, 1e-3, 10.0)
+        self.opt = OptimizerStep(self.q, ctx.grad_comm, 1e-3, 10.0)
         self.table = None
         self.updates = 0
 

@@ -36,7 +36,7 @@ def _trained_weights(cfg, batches, world: int) -> list[dict[str, np.ndarray]]:
     trains on actors r, r + world, ...).
 
     ``world`` learners meet over the trainer's own path (rank 0's rendezvous, gloo, the
-    learner's ``GradientSync``), each in its own Ray process, as ``OnPolicyLoop`` feeds them.
+    learner's ``GradientComm``), each in its own Ray process, as ``OnPolicyLoop`` feeds them.
     """
     import ray
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import torch
 
 from kilorl.algos.api import RolloutBatch
-from kilorl.roles.grad_sync import AllReduceSync
+from kilorl.roles.grad_comm import AllReduceComm
 from kilorl.roles.learner import build_algorithm
 from kilorl.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from tests.conftest import fake_rollout, tiny_config
 
 
 def make_learner(cfg):
-    return build_algorithm(cfg, AllReduceSync(1))
+    return build_algorithm(cfg, AllReduceComm(1))
 
 
 def test_round_trip_restores_weights_optimizer_and_normalizers(tmp_path):

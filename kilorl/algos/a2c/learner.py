@@ -55,7 +55,7 @@ class A2CLearner(ActorCriticLearner):
         ac.optimizer.zero_grad(set_to_none=True)
         totals = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0}
         for i, part in enumerate(parts):
-            quiet = ac.grad_sync.no_sync() if i < len(parts) - 1 else contextlib.nullcontext()
+            quiet = ac.grad_comm.no_sync() if i < len(parts) - 1 else contextlib.nullcontext()
             with quiet:
                 with ac.autocast():
                     logp, entropy, values = ac.module.evaluate_actions(obs[part], actions[part])

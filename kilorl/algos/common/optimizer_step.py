@@ -10,16 +10,16 @@ import torch
 
 from kilorl.algos.flat_params import FlatParameters
 from kilorl.algos.optim import FunctionalAdam
-from kilorl.core import GradientSync
+from kilorl.core import GradientComm
 
 
 class OptimizerStep:
-    """Adam (fused where torch has it) over ``module``'s parameters, with ``grad_sync`` and clipping."""
+    """Adam (fused where torch has it) over ``module``'s parameters, with ``grad_comm`` and clipping."""
 
-    def __init__(self, module: torch.nn.Module, grad_sync: GradientSync, lr: float, max_grad_norm: float | None,
+    def __init__(self, module: torch.nn.Module, grad_comm: GradientComm, lr: float, max_grad_norm: float | None,
                  eps: float = 1e-8, world_size: int = 1, mixed_precision: str = "no") -> None:
         self.params = list(module.parameters())
-        self.grad_sync, self.max_grad_norm = grad_sync, max_grad_norm
+        self.grad_comm, self.max_grad_norm = grad_comm, max_grad_norm
         self.flat = FlatParameters(self.params) if world_size == 1 else None
         self.optimizer = FunctionalAdam(self.params, lr=lr, eps=eps, flat=self.flat)
         self.device_type = self.params[0].device.type if self.params else "cpu"
@@ -36,7 +36,7 @@ class OptimizerStep:
 
     def step(self) -> torch.Tensor:
         """Average gradients over ranks, clip, step; returns the gradient norm before clipping."""
-        self.grad_sync.synchronize(self.params)
+        self.grad_comm.synchronize(self.params)
         limit = self.max_grad_norm if self.max_grad_norm is not None else float("inf")
         if self.flat is not None:
             norm = self.flat.clip_grad_norm_(limit)

@@ -38,8 +38,8 @@ class DQNLearner(AlgorithmLearner):
         self.target = copy.deepcopy(self.q).requires_grad_(False)
         self.parts = NamedParts()
         self.parts.module("target", self.target)
-        self.module = ctx.grad_sync.prepare(self.q)
-        self.opt = OptimizerStep(self.q, ctx.grad_sync, algo.lr, algo.max_grad_norm,
+        self.module = ctx.grad_comm.prepare(self.q)
+        self.opt = OptimizerStep(self.q, ctx.grad_comm, algo.lr, algo.max_grad_norm,
                                  world_size=ctx.world_size, mixed_precision=ctx.mixed_precision)
         self.targets = TargetUpdater(algo.target_update_interval, algo.tau)
         self.table: TransitionTable | None = None

@@ -61,7 +61,7 @@ def rows(idx: Minibatch) -> int:
 
 
 class PPOLearner(ActorCriticLearner):
-    """With several learners each rank holds a shard of the batch; ``grad_sync`` averages
+    """With several learners each rank holds a shard of the batch; ``grad_comm`` averages
     gradients (and the early-stopping KL) so every rank takes the identical step."""
 
     def __init__(self, algo: PPOConfig, ctx: LearnerContext) -> None:
@@ -95,7 +95,7 @@ class PPOLearner(ActorCriticLearner):
                 self._minibatch(idx, obs, actions, old_logp, old_values, advantages, returns, stats, epoch_kl)
                 grad_norms.append(ac.step())
             if algo.target_kl is not None:
-                kl = ac.grad_sync.average_scalars([float(torch.stack(epoch_kl).mean())])[0]
+                kl = ac.grad_comm.average_scalars([float(torch.stack(epoch_kl).mean())])[0]
                 if kl > algo.target_kl:
                     stopped_early = 1.0
                     break
@@ -118,7 +118,7 @@ class PPOLearner(ActorCriticLearner):
         offset = 0
         for i, part in enumerate(parts):
             # Only the last micro-batch's backward may communicate (DDP's no_sync contract).
-            quiet = ac.grad_sync.no_sync() if i < len(parts) - 1 else contextlib.nullcontext()
+            quiet = ac.grad_comm.no_sync() if i < len(parts) - 1 else contextlib.nullcontext()
             with quiet:
                 with ac.autocast():
                     new_logp, entropy, new_values = ac.module.evaluate_actions(obs[part], actions[part])

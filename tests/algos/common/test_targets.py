@@ -55,7 +55,7 @@ def test_named_modules_and_optimizers_round_trip_through_the_checkpoint_files(tm
     from kilorl.algos.common.checkpointing import NamedParts
     from kilorl.algos.common.optimizer_step import OptimizerStep
     from kilorl.roles.checkpoint_format import checkpoint_files
-    from kilorl.roles.grad_sync import AllReduceSync
+    from kilorl.roles.grad_comm import AllReduceComm
     from kilorl.trainer.checkpoint import load_checkpoint, write_checkpoint
 
     def parts():
@@ -63,7 +63,7 @@ def test_named_modules_and_optimizers_round_trip_through_the_checkpoint_files(tm
         actor, critic = torch.nn.Linear(3, 2), torch.nn.Linear(3, 1)
         named = NamedParts()
         named.module("actor", actor), named.module("critic", critic)
-        opts = [named.optimizer(n, OptimizerStep(m, AllReduceSync(1), 1e-2, None)) for n, m in (("pi", actor), ("q", critic))]
+        opts = [named.optimizer(n, OptimizerStep(m, AllReduceComm(1), 1e-2, None)) for n, m in (("pi", actor), ("q", critic))]
         return named, actor, critic, opts
 
     named, actor, critic, opts = parts()

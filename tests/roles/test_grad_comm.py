@@ -1,4 +1,4 @@
-"""The learner reaches gradient communication only through GradientSync, as the contract says."""
+"""The learner reaches gradient communication only through GradientComm, as the contract says."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import contextlib
 
 import pytest
 
-from kilorl.roles.grad_sync import AllReduceSync
+from kilorl.roles.grad_comm import AllReduceComm
 from kilorl.roles.learner import LearnerRole
 from kilorl.roles.parameter_store import InMemoryParameterStore
 from tests.conftest import fake_rollout, tiny_config
 
 
-class CountingSync(AllReduceSync):
+class CountingSync(AllReduceComm):
     """The real single-rank implementation, counting how the algorithm drives it."""
 
     def __init__(self) -> None:
@@ -51,7 +51,7 @@ def test_micro_batches_but_the_last_run_in_no_sync_and_each_step_synchronizes_on
         fields |= {"num_minibatches": 2, "update_epochs": 3}
     cfg = tiny_config(algo=fields, train={"gradient_accumulation_steps": micro})
     sync = CountingSync()
-    learner = LearnerRole(cfg, InMemoryParameterStore(), grad_sync=sync)
+    learner = LearnerRole(cfg, InMemoryParameterStore(), grad_comm=sync)
     stats = learner.update(1, 128, fake_rollout(0))
     steps = 2 * 3 if algo == "ppo" else 1  # optimizer steps in one update
     assert sync.prepared == 1

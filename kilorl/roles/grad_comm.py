@@ -1,8 +1,8 @@
-"""The learner's gradient communication: ``kilorl.core.GradientSync`` over ``kilorl.comm``.
+"""The learner's gradient communication: ``kilorl.core.GradientComm`` over ``kilorl.comm``.
 
-Several learners use ``CommSync``: bucketed averaging (overlapped with backward when
+Several learners use ``BucketedComm``: bucketed averaging (overlapped with backward when
 ``train.overlap_compute_comm``; compressed as the ``compression`` section says). One
-learner uses ``AllReduceSync``, whose every call is a no-op at world size 1. Algorithms and
+learner uses ``AllReduceComm``, whose every call is a no-op at world size 1. Algorithms and
 the trainer only see the contract (docs/architecture.md, "Contracts").
 """
 
@@ -15,13 +15,13 @@ import torch
 
 from kilorl.comm import GradientAllReducer
 from kilorl.comm.learner_sync import LearnerSync
-from kilorl.core import GradientSync
+from kilorl.core import GradientComm
 
 if TYPE_CHECKING:
     from kilorl.config import Config
 
 
-class AllReduceSync(GradientSync):
+class AllReduceComm(GradientComm):
     """Averages gradients with one all-reduce per optimizer step; a no-op with one rank."""
 
     def __init__(self, world_size: int) -> None:
@@ -56,12 +56,12 @@ class AllReduceSync(GradientSync):
         return out
 
 
-class CommSync(LearnerSync, GradientSync):
+class BucketedComm(LearnerSync, GradientComm):
     """``kilorl.comm.LearnerSync`` under the learner's contract (comm cannot import the contract)."""
 
 
-def make_grad_sync(cfg: Config, world_size: int) -> GradientSync:
+def make_grad_comm(cfg: Config, world_size: int) -> GradientComm:
     """The gradient communication a learner rank of a ``world_size`` group uses under ``cfg``."""
     if world_size == 1:
-        return AllReduceSync(1)
-    return CommSync(world_size, cfg.compression, overlap_compute_comm=cfg.train.overlap_compute_comm)
+        return AllReduceComm(1)
+    return BucketedComm(world_size, cfg.compression, overlap_compute_comm=cfg.train.overlap_compute_comm)
