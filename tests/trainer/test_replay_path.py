@@ -8,6 +8,7 @@ import numpy as np
 
 from kilorl.trainer import Trainer
 from kilorl.trainer.checkpoint import latest_checkpoint, load_checkpoint
+from kilorl.trainer.evaluate import evaluate
 from kilorl.trainer.metrics import read_metrics
 from tests.conftest import tiny_config
 
@@ -33,6 +34,8 @@ def test_dqn_trains_through_the_generic_trainer_with_exact_step_accounting(ray_l
     assert rows[-1]["replay_rows"] == 84
     state, meta = load_checkpoint(result.checkpoint)
     assert meta["updates"] == 20 and len(state["tensors"]["replay/obs"]) == 84
+    played = evaluate(result.checkpoint, episodes=2)  # the greedy Q policy through the model's policy protocol
+    assert played.returns == [6.0, 6.0]  # each fresh scripted env: a first episode of 3 steps, rewards 1 + 2 + 3
 
 
 def test_a_dqn_run_resumed_from_its_checkpoint_ends_with_the_uninterrupted_runs_parameters(ray_local, tmp_path):
