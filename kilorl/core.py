@@ -59,6 +59,9 @@ class Rollout:
     env_steps_before: int = 0
     """Env steps of the whole run (all actors) when the rollout was started: the clock of
     schedules such as epsilon (as the driver knew it)."""
+    column_versions: np.ndarray | None = None
+    """``[N]`` int64: the parameter version that produced each env column, kept through
+    merging (``version`` is their minimum); None where unknown."""
 
     @property
     def shape(self) -> tuple[int, int]:

@@ -138,7 +138,8 @@ class EnvRunner(Actor):
         if raw_obs is not None:
             moments[keys.OBS_MOMENTS] = [Moments.of(raw_obs, self.envs.single_observation_space.shape)]
         rollout = Rollout(steps=steps, last=last, moments=moments, version=self.version, final=final,
-                          state=start_state, env_steps_before=env_steps)
+                          state=start_state, env_steps_before=env_steps,
+                          column_versions=np.full(N, self.version, np.int64))
         info_out = RolloutInfo(
             actor=self.index, version=self.version, env_steps=T * N, episode_returns=episodes_r,
             episode_lengths=episodes_l, collect_s=time.perf_counter() - t0, wait_s=wait_s,

@@ -23,8 +23,9 @@ from kilorl.core import GradientComm, Rollout
 
 
 def merge_rollouts(rollouts: list[Rollout]) -> Rollout:
-    """Concatenate env runners' rollouts along the env axis: ``steps`` on axis 1, ``last`` and
-    ``state`` on axis 0, ``final`` with its env indices moved past the earlier rollouts' envs."""
+    """Concatenate env runners' rollouts along the env axis: ``steps`` on axis 1, ``last``,
+    ``state`` and ``column_versions`` on axis 0, ``final`` with its env indices moved past the
+    earlier rollouts' envs."""
     if len(rollouts) == 1:
         return rollouts[0]
     first = rollouts[0]
@@ -41,6 +42,8 @@ def merge_rollouts(rollouts: list[Rollout]) -> Rollout:
         final=final,
         state={k: np.concatenate([r.state[k] for r in rollouts], axis=0) for k in first.state},
         env_steps_before=min(r.env_steps_before for r in rollouts),
+        column_versions=None if any(r.column_versions is None for r in rollouts)
+        else np.concatenate([r.column_versions for r in rollouts]),
     )
 
 

@@ -56,6 +56,8 @@ def pack(rollout: Rollout) -> dict[str, np.ndarray]:
             out[base + "count"] = np.asarray(m.count, np.float64)
     out[_META + "version"] = np.asarray(-1 if rollout.version is None else rollout.version, np.int64)
     out[_META + "env_steps_before"] = np.asarray(rollout.env_steps_before, np.int64)
+    if rollout.column_versions is not None:
+        out[_META + "column_versions"] = np.ascontiguousarray(rollout.column_versions, np.int64)
     return out
 
 
@@ -81,8 +83,10 @@ def unpack(arrays: dict[str, Any]) -> Rollout:
                              for i in range(int(_scalar(arrays[key])))]
     version = int(_scalar(arrays[_META + "version"]))
     before = int(_scalar(arrays[_META + "env_steps_before"])) if _META + "env_steps_before" in arrays else 0
+    columns = arrays.get(_META + "column_versions")
     return Rollout(steps=steps, last=last, moments=moments, version=None if version < 0 else version,
-                   final=final, state=part(_STATE), env_steps_before=before)
+                   final=final, state=part(_STATE), env_steps_before=before,
+                   column_versions=None if columns is None else np.asarray(columns, np.int64).reshape(-1))
 
 
 def _scalar(value: Any) -> Any:

@@ -54,11 +54,12 @@ def test_two_actors_rollouts_reach_the_algorithm_as_T_by_total_N(algo):
 def test_merge_concatenates_along_the_env_axis_in_actor_order():
     a = Rollout({"rewards": np.zeros((4, 2))}, {"values": np.zeros(2)},
                 final={"t": np.array([1]), "env": np.array([1]), "obs": np.full((1, 3), 7.0)},
-                state={"h": np.zeros((2, 5))})
+                state={"h": np.zeros((2, 5))}, version=3, column_versions=np.array([3, 3]))
     b = Rollout({"rewards": np.ones((4, 3))}, {"values": np.ones(3)},
                 final={"t": np.array([0, 3]), "env": np.array([0, 2]), "obs": np.full((2, 3), 8.0)},
-                state={"h": np.ones((3, 5))})
+                state={"h": np.ones((3, 5))}, version=4, column_versions=np.array([4, 4, 4]))
     merged = merge_rollouts([a, b])
+    assert merged.version == 3 and merged.column_versions.tolist() == [3, 3, 4, 4, 4]  # each column keeps its own
     assert merged.shape == (4, 5)
     np.testing.assert_array_equal(merged.steps["rewards"][:, 2:], 1.0)
     np.testing.assert_array_equal(merged.last["values"], [0, 0, 1, 1, 1])

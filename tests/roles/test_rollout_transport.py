@@ -35,6 +35,25 @@ def test_pack_then_unpack_gives_back_the_same_rollout():
     _assert_same(unpack(pack(sent)), sent)
 
 
+@pytest.mark.parametrize("episodes_ended", [2, 0])
+def test_the_full_step_record_survives_pack_and_unpack_bit_exactly(episodes_ended):
+    """Final observations (none, too), the policy state at rollout start, per-column versions, the clock."""
+    sent = fake_rollout(2, T=8, N=3)
+    sent.final = {"t": np.array([1, 5])[:episodes_ended], "env": np.array([2, 0])[:episodes_ended],
+                  "obs": np.arange(8, dtype=np.uint8).reshape(2, 4)[:episodes_ended],
+                  "values": np.array([0.5, -1.25], np.float32)[:episodes_ended]}
+    sent.state = {"h": np.random.default_rng(0).normal(size=(3, 2, 5)).astype(np.float32)}
+    sent.version, sent.env_steps_before, sent.column_versions = 4, 1234, np.array([4, 5, 5])
+    got = unpack(pack(sent))
+    _assert_same(got, sent)
+    for part in ("final", "state"):
+        assert getattr(got, part).keys() == getattr(sent, part).keys()
+        for k, v in getattr(sent, part).items():
+            assert getattr(got, part)[k].dtype == v.dtype and getattr(got, part)[k].shape == v.shape, (part, k)
+            np.testing.assert_array_equal(getattr(got, part)[k], v)
+    assert got.env_steps_before == 1234 and got.column_versions.tolist() == [4, 5, 5]
+
+
 def test_a_rollout_written_by_an_actor_process_is_read_back_unchanged_and_deleted_after_release(
         ray_local, store_worker):
     address, token = store_worker.address, store_worker.token
