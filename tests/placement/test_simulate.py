@@ -11,7 +11,7 @@ from kilorl.placement import uniform_topology
 from kilorl.placement.alibaba import TraceError, read_nodes, read_pods
 from kilorl.placement.fragmentation import Workload
 from kilorl.placement.policies import POLICIES
-from kilorl.placement.simulate import PodScheduler, simulate, simulate_jobs
+from kilorl.placement.simulate import SIM_POLICIES, PodScheduler, simulate, simulate_jobs
 from kilorl.placement.state import CapacityState
 from kilorl.placement.synthetic import rl_job_mix
 
@@ -32,7 +32,7 @@ def test_readers(mini):
     assert any(p.demand.num_gpus == 0 for p in pods) and any(p.demand.num_gpus == 8 for p in pods)
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", SIM_POLICIES)
 def test_fill_mode_invariants(mini, policy):
     topo, pods = mini
     res = simulate(topo, pods, policy, mode="fill", target_load=1.2)
@@ -40,7 +40,8 @@ def test_fill_mode_invariants(mini, policy):
     assert len(res.rejected) == res.failed
     assert 0 < res.final_allocation_rate <= 1
     loads = [s["arrived_load"] for s in res.timeline]
-    assert loads == sorted(loads) and loads[-1] == pytest.approx(1.2)
+    # The resized list stops at the last pod that keeps the demand under 120%.
+    assert loads == sorted(loads) and loads[-1] == pytest.approx(1.2, abs=0.02)
     assert res.saturated_allocation_rate() is not None
     assert len(res.latencies_us) == res.arrived
 
@@ -68,7 +69,7 @@ def test_gpu_spec_constraint_is_honoured(tmp_path):
                     "p0,1000,1024,1,500,V100M32|V100M16,0,10\np1,1000,1024,1,1000,V100M32,1,10\n"
                     "p2,1000,1024,1,1000,V100M32,2,10\np3,1000,1024,1,1000,,3,10\n")
     topo, trace = read_nodes(nodes), read_pods(pods)
-    for policy in POLICIES:
+    for policy in SIM_POLICIES:
         state = CapacityState(topo)
         sched = PodScheduler(state, policy, Workload.of([p.demand for p in trace], state.model_names))
         allocs = [sched.try_place(p) for p in trace]
