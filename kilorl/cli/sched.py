@@ -29,6 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="fill and queue modes: 'shuffled' (the FGD authors' protocol, default): the list shuffled "
                           "with each seed and resized to --target-load by sampling with replacement or trimming at "
                           "random; 'file': the list in file order, submitted again until --target-load")
+    sim.add_argument("--estimate", default="seen", choices=("seen", "list"),
+                     help="binpack-topo's workload estimate: the pods seen so far (default; re-estimated each time "
+                          "their number doubles) or the whole list")
     sim.add_argument("--seeds", default="42-51",
                      help="seeds of the shuffled order and of the baselines' tie order: a list (42,43) or a range "
                           "(42-51, default: the published runs' seeds); results are mean ± std over them")
@@ -137,7 +140,7 @@ def _simulate_trace(args: argparse.Namespace, policies: list[str], seeds: list[i
         raise ValueError("--target-load must be > 0")
     runs = seeds if args.mode != "replay" else seeds[:1]
     by_policy = {p: [simulate(topo, pods, p, mode=args.mode, target_load=args.target_load, discipline=args.discipline,
-                              order=args.order, seed=s) for s in runs] for p in policies}
+                              order=args.order, seed=s, estimate=args.estimate) for s in runs] for p in policies}
     source = f"{args.nodes} + {args.trace} ({len(pods)} pods), mode {args.mode}"
     if args.mode == "queue":
         source += f" ({args.discipline})"

@@ -126,3 +126,31 @@ def test_ten_seeds_reproduce_the_published_curve_on_default(policy, tol100):
     curves = np.array([simulate(topo, trace, policy, seed=s).curve for s in range(42, 52)])
     assert curves[:, 100].mean() == pytest.approx(published[:, 100].mean(), abs=tol100)
     assert curves[:, 130].mean() == pytest.approx(published[:, 130].mean(), abs=0.5)
+
+
+def test_binpack_topo_weighs_each_type_by_the_gpu_share_it_asks():
+    from kilorl.placement.policies import by_gpu_share
+
+    wl = by_gpu_share(Workload.of([Demand(8, 1000, 1000, 1024)] + [Demand(1, 100, 1000, 1024)] * 8
+                                  + [Demand(0, 0, 1000, 1024)] * 5, ["T4"]))
+    share = dict(zip(wl.num_gpus * wl.gpu_milli, wl.prob, strict=True))
+    # One 8-GPU pod asks 8 GPUs, the eight 0.1-GPU pods 0.8: 10 to 1; CPU-only pods weigh nothing.
+    assert share[8000] == pytest.approx(8 / 8.8) and share[100] == pytest.approx(0.8 / 8.8) and share[0] == 0
+
+
+def test_binpack_topo_estimates_from_the_pods_seen_so_far_each_time_they_double():
+    from kilorl.placement.simulate import PodScheduler
+
+    state = CapacityState(uniform_topology(4, 8))
+    future = Workload.of([Demand(8, 1000, 1000, 1024)], state.model_names)  # the list: 8-GPU pods only
+    sched = PodScheduler(state, "binpack-topo", future, estimate="seen")
+    small = TracePod("s", Demand(1, 1000, 1000, 1024), 0.0, None)
+    scorers = []
+    for _ in range(5):
+        sched.observe(small)
+        scorers.append(sched.scorer)
+    # Re-estimated after arrivals 1, 2 and 4 only, and only from what has arrived: 1-GPU pods.
+    assert len({id(s) for s in scorers}) == 3 and scorers[3] is scorers[4]
+    assert sched.scorer.workload.num_gpus.tolist() == [1]
+    with pytest.raises(ValueError, match="estimate"):
+        PodScheduler(state, "binpack-topo", future, estimate="oracle")
