@@ -10,7 +10,6 @@ from kilorl.cli.main import main
 from kilorl.placement import uniform_topology
 from kilorl.placement.alibaba import TraceError, read_nodes, read_pods
 from kilorl.placement.fragmentation import Workload
-from kilorl.placement.policies import POLICIES
 from kilorl.placement.simulate import SIM_POLICIES, PodScheduler, simulate, simulate_jobs
 from kilorl.placement.state import CapacityState
 from kilorl.placement.synthetic import rl_job_mix
@@ -114,10 +113,20 @@ def test_synthetic_rl_jobs_are_gangs():
 
 def test_sched_cli(fixtures, capsys, tmp_path, repo):
     args = ["sched", "simulate", "--nodes", str(fixtures / "alibaba_mini_nodes.csv"),
-            "--trace", str(fixtures / "alibaba_mini_pods.csv")]
+            "--trace", str(fixtures / "alibaba_mini_pods.csv"), "--seeds", "42,43"]
     assert main(args + ["--policy", "first-fit", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["results"][0]["policy"] == "first-fit" and out["results"][0]["timeline"]
+    assert [(r["policy"], r["seed"], r["order"]) for r in out["results"]] == [("first-fit", 42, "shuffled"),
+                                                                             ("first-fit", 43, "shuffled")]
+    assert out["results"][0]["timeline"] and len(out["results"][0]["curve"]) == 131
+    assert main(args + ["--policy", "paper,binpack-topo"]) == 0
+    table = capsys.readouterr().out
+    assert all(f"\n{p} " in table for p in ("random", "dotprod", "gpu-clustering", "gpu-packing", "bestfit",
+                                            "fgd-paper", "binpack-topo")) and " ± " in table
+    assert main(args[:-2] + ["--seeds", "42", "--order", "file", "--policy", "fgd", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"][0]["order"] == "file"
+    assert main(args[:-2] + ["--seeds", "x"]) == 2
+    assert "--seeds" in capsys.readouterr().err
     assert main(args + ["--mode", "replay", "--policy", "pack"]) == 0
     assert "pack" in capsys.readouterr().out
     assert main(args + ["--mode", "queue", "--discipline", "backfill", "--policy", "fgd", "--json"]) == 0
