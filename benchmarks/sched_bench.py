@@ -327,6 +327,7 @@ def main() -> int:
                     help="lists whose packing ceiling of binpack-topo is computed (needs scipy)")
     ap.add_argument("--save", help="write every run's summary (JSON lines) here")
     ap.add_argument("--load", nargs="*", default=[], help="read runs saved with --save instead of running them")
+    ap.add_argument("--tables-only", action="store_true", help="run nothing: tables from the --load runs alone")
     ap.add_argument("--workers", type=int, default=1, help="simulation processes (the machine is shared)")
     ap.add_argument("--seeds-layout", type=int, default=5, help="busy-cluster seeds of the 1024-GPU layout table")
     ap.add_argument("--repeats", type=int, default=20)
@@ -350,7 +351,7 @@ def main() -> int:
             for s in seeds]
     jobs += [(str(data), t, p, "queue", d, args.target_load, args.order, s) for t in queue for d in args.disciplines
              for p in args.policies for s in qseeds]
-    jobs = [j for j in jobs if (j[1], j[2], j[3], j[4], j[6], j[7]) not in done]
+    jobs = [] if args.tables_only else [j for j in jobs if (j[1], j[2], j[3], j[4], j[6], j[7]) not in done]
     save = Path(args.save).open("a") if args.save else None
     with multiprocessing.Pool(max(1, args.workers)) as pool:
         for r in pool.imap_unordered(_run, jobs):
@@ -365,7 +366,8 @@ def main() -> int:
     published = read_published(data / "fgd_published_allocation.csv")
     fill = [r for r in results if r["mode"] == "fill" and r["order"] == args.order]
     if fill and args.traces:
-        print(f"### Alibaba cluster-trace-gpu-v2023, fill mode, {args.order} order, seeds {args.seeds}\n")
+        ran = sorted({r["seed"] for r in fill})
+        print(f"### Alibaba cluster-trace-gpu-v2023, fill mode, {args.order} order, seeds {ran[0]}-{ran[-1]}\n")
         print(fill_tables(fill, args.traces, fill_policies, published, ceiling) + "\n")
     if queue:
         print(f"### Queue mode (a backlog of {args.target_load:.0%} of the GPU capacity at t = 0, {args.order} order, "
