@@ -1,14 +1,18 @@
 """Scheduler benchmark: every Alibaba pod list under every policy (fill and queue mode), and
 the 16/32/80 layout on 1024 GPUs.
 
-    .venv/bin/python benchmarks/sched_bench.py [--data DIR] [--traces default gpushare80] [--workers 2]
+    .venv/bin/python benchmarks/sched_bench.py [--data DIR] [--traces default gpushare80] [--seeds 42-51]
+        [--order shuffled|file] [--fill-policies ...] [--ceiling-traces gpushare40] [--save runs.jsonl]
 
+Fill mode follows the FGD authors' protocol by default (shuffled, resized to 130%, seeds 42-51)
+and sets each policy against the authors' published curves (``fgd_published_allocation.csv``).
 Prints markdown tables (the ones in docs/benchmarks.md, "## Scheduler").
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import platform
 import statistics
@@ -23,7 +27,9 @@ sys.path.insert(0, str(REPO))
 
 from kilorl.placement import Allocation, load_topology, place  # noqa: E402
 from kilorl.placement.alibaba import read_nodes, read_pods  # noqa: E402
+from kilorl.placement.baselines import PAPER_POLICIES, PUBLISHED_NAMES  # noqa: E402
 from kilorl.placement.policies import POLICIES  # noqa: E402
+from kilorl.placement.protocol import mean_std, read_published  # noqa: E402
 from kilorl.placement.queueing import DISCIPLINES  # noqa: E402
 from kilorl.placement.simulate import simulate, simulate_jobs  # noqa: E402
 from kilorl.placement.state import CapacityState  # noqa: E402
@@ -43,66 +49,115 @@ def find_data() -> Path:
     return REPO.parent / "shared/data/alibaba-gpu-v2023"
 
 
-def _run(job: tuple[str, str, str, str, str, float]) -> dict:
-    """One simulation (in a worker process): the summary numbers only."""
-    data, trace, policy, mode, discipline, target = job
+FILL_POLICIES = ("binpack-topo", "fgd", "fgd-paper", "bestfit", "dotprod")
+"""Fill mode runs these by default (every policy with ``--fill-policies all``)."""
+
+
+def _run(job: tuple) -> dict:
+    """One simulation (in a worker process): the summary numbers and the 1% curve."""
+    data, trace, policy, mode, discipline, target, order, seed = job
     topo = read_nodes(Path(data) / "openb_node_list_gpu_node.csv")
     pods = read_pods(Path(data) / f"openb_pod_list_{trace}.csv")
     t0 = time.perf_counter()
-    r = simulate(topo, pods, policy, mode=mode, target_load=target, discipline=discipline)
+    r = simulate(topo, pods, policy, mode=mode, target_load=target, discipline=discipline, order=order, seed=seed)
     d = r.to_dict()
     d.pop("rejected")
-    d["at"] = {round(s["arrived_load"], 2): s["allocation_rate"] for s in d.pop("timeline") if "arrived_load" in s}
+    d.pop("timeline")
+    pts = r.points()
+    if pts is not None:
+        d.update(at100=pts.at100, at130=pts.at130, saturation=pts.saturation)
     d.update(trace=trace, wall_s=time.perf_counter() - t0, pods=len(pods))
     return d
 
 
-def fill_tables(results: list[dict], traces: list[str]) -> str:
-    """Per trace: every policy in fill mode; then the summary and where the idle GPUs sit."""
-    by = {(r["trace"], r["policy"]): r for r in results}
-    out = ["| trace | " + " | ".join(POLICIES) + " | binpack-topo - fgd (pt) |", "|---|" + "---|" * (len(POLICIES) + 1)]
+def _pm(vals: list[float], fmt: str = "{:.2f}") -> str:
+    m, sd = mean_std(vals)
+    return fmt.format(m) + ("" if len(vals) < 2 else " ± " + fmt.format(sd))
+
+
+def published_points(published: dict, trace: str, policy: str) -> tuple[float, float, float] | None:
+    """Published mean allocation at 100% and 130% arrived and at saturation (mean of 100-130%)."""
+    curves = published.get((trace, PUBLISHED_NAMES.get(policy, "06-FGD")))
+    if curves is None:
+        return None
+    return (float(curves[:, 100].mean()), float(curves[:, 130].mean()), float(np.nanmean(curves[:, 100:131], axis=1).mean()))
+
+
+def fill_tables(results: list[dict], traces: list[str], policies: list[str], published: dict,
+                ceiling: dict[str, float]) -> str:
+    """Per list: each policy against the published curves (its own for the paper's baselines,
+    the published FGD for ours), and binpack-topo's gap to the packing ceiling."""
+    by: dict[tuple[str, str], list[dict]] = {}
+    for r in results:
+        by.setdefault((r["trace"], r["policy"]), []).append(r)
+    out = ["| list | binpack-topo @100% | published FGD @100% | Δ (pt) | binpack-topo @130% | published FGD @130% "
+           "| Δ (pt) | binpack-topo saturation | packing ceiling (gap) | fgd-paper − published FGD @100 / @130 (pt) |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for t in traces:
-        sat = [by[(t, p)]["saturated_allocation_rate"] for p in POLICIES]
-        ours, fgd = sat[POLICIES.index("binpack-topo")], sat[POLICIES.index("fgd")]
-        cells = [f"**{v:.2%}**" if p == "binpack-topo" else f"{v:.2%}" for p, v in zip(POLICIES, sat, strict=True)]
-        out.append(f"| {t} | " + " | ".join(cells) + f" | {100 * (ours - fgd):+.2f} |")
-    out += ["", "Per trace (alloc @100% arrived, mean alloc over 100-130% arrived = `saturated`, at 130%; "
-            "unallocated GPUs and FGD fragmentation (paper measure) at 130%; placement latency wall and CPU time):", ""]
-    out += ["| trace | policy | alloc @100% | saturated | alloc @130% | unallocated GPUs | frag GPUs | rejected "
-            "| wall p50 / p99 (µs) | CPU p50 / p99 (µs) | run (s) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        rs, pub = by.get((t, "binpack-topo")), published_points(published, t, "fgd-paper")
+        if not rs or pub is None:
+            continue
+        at, end, sat = ([r[k] for r in rs] for k in ("at100", "at130", "saturation"))
+        ceil = ceiling.get(t)
+        gap = "-" if ceil is None else f"{ceil:.2f}% ({ceil - np.mean(sat):+.2f})"
+        fp = by.get((t, "fgd-paper"))
+        fpd = "-" if not fp else (f"{np.mean([r['at100'] for r in fp]) - pub[0]:+.2f} / "
+                                  f"{np.mean([r['at130'] for r in fp]) - pub[1]:+.2f}")
+        out.append(f"| {t} | **{_pm(at)}** | {pub[0]:.2f} | {np.mean(at) - pub[0]:+.2f} | **{_pm(end)}** | {pub[1]:.2f} | "
+                   f"{np.mean(end) - pub[1]:+.2f} | {_pm(sat)} | {gap} | {fpd} |")
+    out += ["", "Every policy (allocation in % of the 6,212 GPUs, mean ± std over the seeds; unallocated GPUs at 100% "
+            "arrived; `published`: the FGD authors' mean for the same policy, for ours their FGD; CPU time per "
+            "placement decision, p99 over all seeds' decisions):", "",
+            "| list | policy | seeds | @100% | @130% | saturation | unallocated GPUs @100% | published @100% / @130% "
+            "| Δ @100% / @130% (pt) | CPU p50 / p99 (µs) | wall p99 (µs) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for t in traces:
-        for p in POLICIES:
-            r = by[(t, p)]
-            out.append(f"| {t} | {p} | {r['at'].get(1.0, float('nan')):.2%} | {r['saturated_allocation_rate']:.2%} | "
-                       f"{r['final_allocation_rate']:.2%} | {r['unallocated_gpus']:.1f} | {r['final_fragmentation_gpus']:.1f} | "
-                       f"{r['failed']} / {r['arrived']} | {r['latency_us_p50']:.0f} / {r['latency_us_p99']:.0f} | "
-                       f"{r['cpu_us_p50']:.0f} / {r['cpu_us_p99']:.0f} | {r['wall_s']:.1f} |")
-    out += ["", "Where binpack-topo's idle GPUs sit at 130% arrived (GPUs; `p_fit`: share of the trace's GPU tasks "
-            "that fit on the node now; sliver floor: idle GPUs implied by the placed pods of > 0.5 GPU, "
-            "see docs/placement.md):", "",
-            "| trace | free | no task fits | of which CPU/memory short | only rare tasks fit (p_fit < 5%) | "
-            "common tasks fit | sliver floor | allocation ceiling from the floor |", "|---|---|---|---|---|---|---|---|"]
-    for t in traces:
-        r = by[(t, "binpack-topo")]
-        lo = r["leftover"]
-        ceiling = 1 - r["sliver_floor_gpus"] / r["gpus"]
-        out.append(f"| {t} | {lo['free']:.1f} | {lo['no_task_fits']:.1f} | {lo['cpu_or_memory_short']:.1f} | "
-                   f"{lo['only_rare_tasks_fit']:.1f} | {lo['common_tasks_fit']:.1f} | {r['sliver_floor_gpus']:.1f} | "
-                   f"{ceiling:.2%} |")
+        for p in policies:
+            rs = by.get((t, p))
+            if not rs:
+                continue
+            pub = published_points(published, t, p)
+            at, end = [r["at100"] for r in rs], [r["at130"] for r in rs]
+            pubs = "-" if pub is None else f"{pub[0]:.2f} / {pub[1]:.2f}"
+            delta = "-" if pub is None else f"{np.mean(at) - pub[0]:+.2f} / {np.mean(end) - pub[1]:+.2f}"
+            out.append(f"| {t} | {p} | {len(rs)} | {_pm(at)} | {_pm(end)} | {_pm([r['saturation'] for r in rs])} | "
+                       f"{_pm([r['unallocated_gpus_at_100'] for r in rs], '{:.0f}')} | {pubs} | {delta} | "
+                       f"{max(r['cpu_us_p50'] for r in rs):.0f} / {max(r['cpu_us_p99'] for r in rs):.0f} | "
+                       f"{max(r['latency_us_p99'] for r in rs):.0f} |")
     return "\n".join(out)
 
 
+def ceilings_of(data: Path, traces: list[str], seeds: list[int], order: str, target: float) -> dict[str, float]:
+    """binpack-topo's packing ceiling per list (mean over samples from 100% arrived and over seeds), in %."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from sched_packing_ceiling import ceilings
+
+    out = {}
+    for t in traces:
+        vals = [np.mean([c for _, _, c in ceilings(data, t, "binpack-topo", target, order, s)]) for s in seeds]
+        out[t] = 100 * float(np.mean(vals))
+        print(f"  ceiling {t}: {out[t]:.2f}%", file=sys.stderr, flush=True)
+    return out
+
+
 def queue_table(results: list[dict], traces: list[str], disciplines: list[str], policies: list[str]) -> str:
-    by = {(r["trace"], r["policy"], r["discipline"]): r for r in results}
-    out = ["| trace | policy | discipline | delay p50 / p99 (s) | mean delay (s) | drained (s) | makespan (s) "
-           "| mean alloc until drained | max queued | CPU p50 / p99 (µs) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    by: dict[tuple, list[dict]] = {}
+    for r in results:
+        by.setdefault((r["trace"], r["policy"], r["discipline"]), []).append(r)
+    out = ["| list | policy | discipline | seeds | delay p50 (s) | delay p99 (s) | mean delay (s) | drained (s) "
+           "| mean alloc until drained (%) | max queued | CPU p50 / p99 (µs) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for t in traces:
         for disc in disciplines:
             for p in policies:
-                r = by[(t, p, disc)]
-                out.append(f"| {t} | {p} | {disc} | {r['delay_s_p50']:.0f} / {r['delay_s_p99']:.0f} | {r['delay_s_mean']:.1f} | "
-                           f"{r['drain_s']:.0f} | {r['makespan_s']:.0f} | {r['mean_allocation_rate_until_drained']:.2%} | "
-                           f"{r['max_queued']} | {r['cpu_us_p50']:.0f} / {r['cpu_us_p99']:.0f} |")
+                rs = by.get((t, p, disc))
+                if not rs:
+                    continue
+                out.append(f"| {t} | {p} | {disc} | {len(rs)} | {_pm([r['delay_s_p50'] for r in rs], '{:.0f}')} | "
+                           f"{_pm([r['delay_s_p99'] for r in rs], '{:.0f}')} | "
+                           f"{_pm([r['delay_s_mean'] for r in rs], '{:.1f}')} | "
+                           f"{_pm([r['drain_s'] for r in rs], '{:.0f}')} | "
+                           f"{_pm([100 * r['mean_allocation_rate_until_drained'] for r in rs])} | "
+                           f"{max(r['max_queued'] for r in rs)} | {max(r['cpu_us_p50'] for r in rs):.0f} / "
+                           f"{max(r['cpu_us_p99'] for r in rs):.0f} |")
     return "\n".join(out)
 
 
@@ -253,16 +308,28 @@ def layout_tables(seeds: int, repeats: int) -> str:
 
 
 def main() -> int:
+    from kilorl.cli.sched import parse_seeds
+
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data", default=str(find_data()))
     ap.add_argument("--traces", nargs="*", default=list(TRACES), help="pod lists for fill mode (none: skip)")
+    ap.add_argument("--fill-policies", nargs="*", default=list(FILL_POLICIES),
+                    help="fill-mode policies ('all': ours and the paper's six baselines)")
     ap.add_argument("--queue-traces", nargs="*", default=None,
                     help="pod lists for queue mode (default: those of --traces with durations)")
-    ap.add_argument("--policies", nargs="*", default=list(POLICIES), help="queue-mode policies (fill mode runs all)")
+    ap.add_argument("--policies", nargs="*", default=list(POLICIES), help="queue-mode policies")
     ap.add_argument("--disciplines", nargs="*", default=list(DISCIPLINES), help="queue-mode disciplines")
+    ap.add_argument("--order", default="shuffled", choices=("shuffled", "file"), help="arrival order (default shuffled)")
+    ap.add_argument("--seeds", default="42-51", help="seeds of fill mode: a range (42-51, default) or a list")
+    ap.add_argument("--queue-seeds", default="42-44", help="seeds of queue mode (default 42-44)")
     ap.add_argument("--target-load", type=float, default=1.3)
-    ap.add_argument("--workers", type=int, default=2, help="simulation processes (the machine is shared)")
-    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--ceiling-traces", nargs="*", default=[],
+                    help="lists whose packing ceiling of binpack-topo is computed (needs scipy)")
+    ap.add_argument("--save", help="write every run's summary (JSON lines) here")
+    ap.add_argument("--load", nargs="*", default=[], help="read runs saved with --save instead of running them")
+    ap.add_argument("--tables-only", action="store_true", help="run nothing: tables from the --load runs alone")
+    ap.add_argument("--workers", type=int, default=1, help="simulation processes (the machine is shared)")
+    ap.add_argument("--seeds-layout", type=int, default=5, help="busy-cluster seeds of the 1024-GPU layout table")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--jobs", type=int, default=0, help="synthetic RL jobs on the 1024-GPU cluster (0: skip)")
     ap.add_argument("--replay", action="store_true", help="add the replay-mode table of `default`")
@@ -270,29 +337,44 @@ def main() -> int:
     ap.add_argument("--holes", nargs="*", default=[], help="pod lists whose idle share binpack-topo leaves is broken down")
     args = ap.parse_args()
     data = Path(args.data)
+    fill_policies = list(POLICIES + PAPER_POLICIES) if args.fill_policies == ["all"] else args.fill_policies
+    seeds, qseeds = parse_seeds(args.seeds), parse_seeds(args.queue_seeds)
     print(f"Machine: {platform.node()}, {platform.processor() or platform.machine()}, Python {platform.python_version()}, "
           f"numpy {np.__version__}. Command: `python benchmarks/sched_bench.py {' '.join(sys.argv[1:])}`\n")
     if not args.no_layout:
         print("### Placement of the 16/32/80 layout on 1024 GPUs\n")
-        print(layout_tables(args.seeds, args.repeats) + "\n")
+        print(layout_tables(args.seeds_layout, args.repeats) + "\n")
     queue = args.queue_traces if args.queue_traces is not None else [t for t in args.traces if has_durations(data, t)]
-    jobs = [(str(data), t, p, "fill", "fifo", args.target_load) for t in args.traces for p in POLICIES]
-    jobs += [(str(data), t, p, "queue", d, args.target_load) for t in queue for d in args.disciplines for p in args.policies]
+    results = [json.loads(line) for f in args.load for line in Path(f).read_text().splitlines() if line.strip()]
+    done = {(r["trace"], r["policy"], r["mode"], r.get("discipline", "fifo"), r["order"], r["seed"]) for r in results}
+    jobs = [(str(data), t, p, "fill", "fifo", args.target_load, args.order, s) for t in args.traces for p in fill_policies
+            for s in seeds]
+    jobs += [(str(data), t, p, "queue", d, args.target_load, args.order, s) for t in queue for d in args.disciplines
+             for p in args.policies for s in qseeds]
+    jobs = [] if args.tables_only else [j for j in jobs if (j[1], j[2], j[3], j[4], j[6], j[7]) not in done]
+    save = Path(args.save).open("a") if args.save else None
     with multiprocessing.Pool(max(1, args.workers)) as pool:
-        results = []
         for r in pool.imap_unordered(_run, jobs):
+            r.setdefault("discipline", "fifo")
             results.append(r)
-            print(f"  {r['trace']} {r['policy']} {r['mode']} {r.get('discipline', '')}: {r['wall_s']:.1f}s",
+            if save:
+                save.write(json.dumps({k: v for k, v in r.items() if k != "curve"}) + "\n")
+                save.flush()
+            print(f"  {r['trace']} {r['policy']} {r['mode']} {r['discipline']} seed {r['seed']}: {r['wall_s']:.1f}s",
                   file=sys.stderr, flush=True)
-    if args.traces:
-        print(f"### Alibaba cluster-trace-gpu-v2023, fill mode, saturated allocation (up to {args.target_load:.0%} "
-              "arrived)\n")
-        print(fill_tables([r for r in results if r["mode"] == "fill"], args.traces) + "\n")
+    ceiling = ceilings_of(data, args.ceiling_traces, seeds, args.order, args.target_load) if args.ceiling_traces else {}
+    published = read_published(data / "fgd_published_allocation.csv")
+    fill = [r for r in results if r["mode"] == "fill" and r["order"] == args.order]
+    if fill and args.traces:
+        ran = sorted({r["seed"] for r in fill})
+        print(f"### Alibaba cluster-trace-gpu-v2023, fill mode, {args.order} order, seeds {ran[0]}-{ran[-1]}\n")
+        print(fill_tables(fill, args.traces, fill_policies, published, ceiling) + "\n")
     if queue:
-        print(f"### Queue mode (a backlog of {args.target_load:.0%} of the GPU capacity at t = 0, recorded durations)\n")
+        print(f"### Queue mode (a backlog of {args.target_load:.0%} of the GPU capacity at t = 0, {args.order} order, "
+              f"seeds {args.queue_seeds}, recorded durations)\n")
         print(queue_table([r for r in results if r["mode"] == "queue"], queue, args.disciplines, args.policies) + "\n")
     for trace in args.holes:
-        print(f"### Where binpack-topo's idle share sits: `{trace}`\n")
+        print(f"### Where binpack-topo's idle share sits: `{trace}` (file order)\n")
         print(holes_table(data, trace) + "\n")
     if args.replay:
         print("### Alibaba `default`, replay mode (arrivals and departures as recorded)\n")

@@ -31,7 +31,8 @@ sys.path.insert(0, str(REPO))
 
 from kilorl.placement.alibaba import read_nodes, read_pods  # noqa: E402
 from kilorl.placement.fragmentation import Workload  # noqa: E402
-from kilorl.placement.simulate import CHECKPOINT_STEP, PodScheduler, fill_sequence  # noqa: E402
+from kilorl.placement.protocol import arrival_sequence  # noqa: E402
+from kilorl.placement.simulate import CHECKPOINT_STEP, PodScheduler  # noqa: E402
 from kilorl.placement.state import CapacityState  # noqa: E402
 
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -75,16 +76,22 @@ def fewest_devices(shares: Counter[int]) -> int:
         patterns.append(counts)
 
 
-def ceilings(data: Path, trace: str, policy: str, target: float = 1.3) -> list[tuple[float, float, float]]:
-    """(arrived load, allocation, packing ceiling) at every fill-mode sample from 100% arrived."""
+def ceilings(data: Path, trace: str, policy: str, target: float = 1.3, order: str = "file",
+             seed: int = 42) -> list[tuple[float, float, float]]:
+    """(arrived load, allocation, packing ceiling) at every fill-mode sample from 100% arrived
+    (``order``/``seed``: the arrival order, ``protocol.arrival_sequence``; binpack-topo estimates
+    its workload from the pods seen so far, as in ``simulate``)."""
     topo = read_nodes(data / "openb_node_list_gpu_node.csv")
     pods = read_pods(data / f"openb_pod_list_{trace}.csv")
     state = CapacityState(topo)
-    sched = PodScheduler(state, policy, Workload.of([p.demand for p in pods], state.model_names))
+    demands = [p.demand for p in pods]
+    sched = PodScheduler(state, policy, Workload.of(demands, state.model_names), seed=seed,
+                         paper_workload=Workload.typical(demands, state.model_names), estimate="seen")
     cap, arrived, placed = state.gpu_capacity_milli, 0, Counter()
     marks = [round(CHECKPOINT_STEP * i, 6) for i in range(1, int(round(target / CHECKPOINT_STEP)) + 1)]
     out = []
-    for pod in fill_sequence(pods, cap, target):
+    for pod in arrival_sequence(pods, cap, target, order, seed):
+        sched.observe(pod)
         if sched.try_place(pod) is not None and pod.demand.shared:
             placed[pod.demand.gpu_milli] += 1
         arrived += pod.demand.total_gpu_milli
@@ -101,12 +108,14 @@ def main() -> int:
     ap.add_argument("--data", default=str(find_data()))
     ap.add_argument("--traces", nargs="*", default=["gpushare40", "default"])
     ap.add_argument("--policies", nargs="*", default=["binpack-topo", "fgd"])
+    ap.add_argument("--order", default="file", choices=("shuffled", "file"), help="arrival order (default file)")
+    ap.add_argument("--seed", type=int, default=42, help="seed of the shuffled order")
     args = ap.parse_args()
     print("| trace | policy | saturated | packing ceiling (mean over 100-130%) | ceiling @100% | ceiling @130% |")
     print("|---|---|---|---|---|---|")
     for trace in args.traces:
         for policy in args.policies:
-            rows = ceilings(Path(args.data), trace, policy)
+            rows = ceilings(Path(args.data), trace, policy, order=args.order, seed=args.seed)
             sat, ceil = np.mean([r[1] for r in rows]), np.mean([r[2] for r in rows])
             print(f"| {trace} | {policy} | {sat:.2%} | {ceil:.2%} | {rows[0][2]:.2%} | {rows[-1][2]:.2%} |", flush=True)
     return 0

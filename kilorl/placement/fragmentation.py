@@ -59,10 +59,32 @@ class Workload:
     @classmethod
     def of(cls, demands: Iterable[Demand], model_names: list[str], max_types: int | None = None) -> Workload:
         """Popularity-weighted types; all of them, or the ``max_types`` most common (renormalized)."""
-        counts = Counter(demands)
-        if not counts:
+        return cls.from_counts(Counter(demands).most_common(max_types), model_names)
+
+    @classmethod
+    def typical(cls, demands: Iterable[Demand], model_names: list[str], share: float = 0.95) -> Workload:
+        """The FGD artifact's estimate ("typical pods"): task types keyed on (CPU, GPU share, GPU
+        count, GPU models), memory left out, the most common first until they cover ``share`` of
+        the pods by count, renormalized. Ties in count go by the type itself (the artifact's
+        order among equal counts is a map's)."""
+        if not 0 < share <= 1:
+            raise ValueError(f"share must be in (0, 1] (got {share})")
+        counts = Counter(Demand(d.num_gpus, d.gpu_milli, d.cpu_milli, 0, d.gpu_models) for d in demands)
+        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0].num_gpus, kv[0].gpu_milli, kv[0].cpu_milli,
+                                                        sorted(kv[0].gpu_models or ())))
+        total, cum, kept = sum(counts.values()), 0, []
+        for d, c in ranked:
+            if cum >= share * total:
+                break
+            kept.append((d, c))
+            cum += c
+        return cls.from_counts(kept, model_names)
+
+    @classmethod
+    def from_counts(cls, common: list[tuple[Demand, int]], model_names: list[str]) -> Workload:
+        """Types with their counts (popularity = count / sum of counts)."""
+        if not common:
             raise ValueError("a workload needs at least one task type")
-        common = counts.most_common(max_types)
         types = [d for d, _ in common]
         weights = np.array([c for _, c in common], dtype=np.float64)
         mask = np.ones((len(types), max(1, len(model_names))), dtype=bool)

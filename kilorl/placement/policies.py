@@ -36,7 +36,22 @@ def scorer_for(policy: str, workload: Workload) -> FragScorer | None:
     """The fragmentation scorer a policy needs (None for those that ignore fragmentation)."""
     if policy not in MEASURE:
         return None
-    return FragScorer(workload, MEASURE[policy], rare_hosts=policy == "binpack-topo")
+    if policy == "binpack-topo":
+        return FragScorer(by_gpu_share(workload), MEASURE[policy], rare_hosts=True)
+    return FragScorer(workload, MEASURE[policy])
+
+
+def by_gpu_share(wl: Workload) -> Workload:
+    """The same types, each weighted by the GPU share it brings (count x GPUs asked) instead of its count.
+
+    Why: allocation is counted in GPU share, so losing room for a type costs in proportion to
+    the share that type asks. By count, an 8-GPU pod weighs as much as a 0.1-GPU one, and
+    breaking the whole nodes 8-GPU pods need looks cheap. CPU-only types weigh 0: in the
+    ``strand`` measure they matter only where they no longer fit, which idles no GPU.
+    """
+    w = (wl.num_gpus * wl.gpu_milli).astype(np.float64)
+    total = float((wl.prob * w).sum())
+    return wl if total <= 0 else wl.reweighted(w / total)
 
 
 def pick_gpus(policy: str, state: CapacityState, node: int, demand: Demand, device: int = -1,

@@ -97,6 +97,7 @@ class QueueSimulation:
         return mask
 
     def _arrive(self, i: int) -> None:
+        self.sched.observe(self.pods[i])  # every arrival, tried now or queued (fill mode times it; here untimed)
         self.res.arrived += 1
         if self.pods[i].demand in self._never:
             self.res.failed += 1

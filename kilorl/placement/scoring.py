@@ -26,6 +26,14 @@ DEDUP_ROWS = 256
 """Above this many rows to score, identical rows (e.g. empty nodes of one model) are scored once."""
 
 
+def paper_score(growth: np.ndarray) -> np.ndarray:
+    """The FGD artifact's node score for a growth of ``F_n`` (milli): ``int(100 * sigmoid(-growth / 1000))``.
+
+    Truncated to an integer, so nodes whose growth differs by a few tens of milli tie (and the
+    tie order then decides)."""
+    return (100.0 / (1.0 + np.exp(np.asarray(growth, dtype=np.float64) / 1000.0))).astype(np.int64)
+
+
 @dataclass
 class _ShapeCache:
     delta: np.ndarray
@@ -46,6 +54,9 @@ class FragScorer:
     measure: str = "paper"
     rare_hosts: bool = False
     """Count the popularity of types with rare hosts per eligible node (``fragmentation.host_weights``)."""
+    paper_devices: bool = False
+    """A sharing pod's device as the FGD artifact picks it: the lowest index among the devices whose
+    quantised score (``paper_score``) is the node's best, instead of the lowest ``F`` then the tightest."""
     version: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     shapes: dict[Demand, _ShapeCache] = field(default_factory=dict)
     _values: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -139,7 +150,10 @@ class FragScorer:
         cand = free[rows].copy()
         cand[np.arange(len(rows)), devs] -= d.gpu_milli
         f, now = self._with_now(state, idx, cand, cpu[rows], mem[rows], model[rows])
-        # Per node the lowest F, then the tightest device (least free share), then the lowest index.
-        order = np.lexsort((devs, free[rows, devs], np.round(f, 6), rows))
+        if self.paper_devices:
+            order = np.lexsort((devs, -paper_score(f - now[rows]), rows))
+        else:
+            # Per node the lowest F, then the tightest device (least free share), then the lowest index.
+            order = np.lexsort((devs, free[rows, devs], np.round(f, 6), rows))
         first = order[np.r_[True, rows[order][1:] != rows[order][:-1]]]
         return f[first], devs[first], now

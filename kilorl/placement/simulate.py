@@ -23,8 +23,10 @@ from typing import Any
 import numpy as np
 
 from kilorl.placement.alibaba import TracePod
+from kilorl.placement.baselines import PAPER_POLICIES, PaperChooser
 from kilorl.placement.fragmentation import Workload, leftover_gpus, sliver_floor
-from kilorl.placement.policies import check_policy, choose_node, pick_gpus, scorer_for
+from kilorl.placement.policies import POLICIES, check_policy, choose_node, pick_gpus, scorer_for
+from kilorl.placement.protocol import CurvePoints, allocation_curve, arrival_sequence, repeat_sequence
 from kilorl.placement.queueing import QueueSimulation
 from kilorl.placement.requests import Demand, GangRequest
 from kilorl.placement.scoring import FragScorer
@@ -59,13 +61,30 @@ class SimResult:
     final_fragmentation_gpus: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
     """Mode-specific numbers (job mode: mean learner all-reduce, peak allocation)."""
+    order: str = "shuffled"
+    """Arrival order of fill and queue modes (``protocol.ORDERS``); ``recorded`` in replay mode."""
+    seed: int = 42
+    """Seed of the shuffle, the resizing and the baselines' tie order."""
+    curve: list[float] = field(default_factory=list)
+    """Fill mode: allocation (%) at every 1% of arrived GPU demand, read as the FGD authors do
+    (``protocol.allocation_curve``)."""
 
     @property
     def unallocated_gpus(self) -> float:
         return self.gpus * (1 - self.final_allocation_rate)
 
+    def points(self) -> CurvePoints | None:
+        """Allocation (%) at 100% and at the end (130%) of arrived load, and at saturation."""
+        if len(self.curve) <= 100 or np.isnan(self.curve[100:]).all():
+            return None
+        return CurvePoints.of(np.array(self.curve), top=len(self.curve) - 1)
+
     def saturated_allocation_rate(self) -> float | None:
-        """Mean allocation rate over the samples taken at arrived load >= 100%."""
+        """Mean allocation rate once arrived GPU demand has reached 100% of capacity: the mean of the
+        1% curve from 100% on (fill mode), else of the 5% samples from 100% on."""
+        pts = self.points()
+        if pts is not None:
+            return pts.saturation / 100
         vals = [s["allocation_rate"] for s in self.timeline if s.get("arrived_load", 0) >= 1.0 - 1e-9]
         return float(np.mean(vals)) if vals else None
 
@@ -73,8 +92,13 @@ class SimResult:
         lat = np.array(self.latencies_us) if self.latencies_us else np.zeros(1)
         cpu = np.array(self.cpu_us) if self.cpu_us else np.zeros(1)
         sat = self.saturated_allocation_rate()
+        pts = self.points()
+        at100 = None if pts is None else round(pts.at100 / 100, 6)
         return {
-            "policy": self.policy, "mode": self.mode, "gpus": self.gpus, "arrived": self.arrived,
+            "policy": self.policy, "mode": self.mode, "order": self.order, "seed": self.seed,
+            "gpus": self.gpus, "arrived": self.arrived,
+            "allocation_at_100": at100,
+            "unallocated_gpus_at_100": None if at100 is None else round(self.gpus * (1 - at100), 2),
             "placed": self.placed, "failed": self.failed, "failed_gpu": round(self.failed_gpu, 3),
             "final_allocation_rate": round(self.final_allocation_rate, 6),
             "saturated_allocation_rate": None if sat is None else round(sat, 6),
@@ -87,30 +111,45 @@ class SimResult:
             **self.extra,
             "rejected": self.rejected,
             "timeline": self.timeline,
+            "curve": self.curve,
         }
 
 
 def fill_sequence(pods: Sequence[TracePod], capacity_milli: int, target_load: float) -> list[TracePod]:
-    """The trace, submitted again and again, until the GPU share asked reaches ``target_load`` x capacity."""
-    if target_load <= 0:
-        raise ValueError(f"target_load must be > 0 (got {target_load})")
-    if sum(p.demand.total_gpu_milli for p in pods) == 0:
-        raise ValueError("fill and queue modes need pods that ask for GPUs")
-    out, asked, k = [], 0, 0
-    while asked < target_load * capacity_milli:
-        pod = pods[k % len(pods)]
-        out.append(pod)
-        asked += pod.demand.total_gpu_milli
-        k += 1
-    return out
+    """The trace in file order, submitted again and again until ``target_load`` x capacity (``protocol.repeat_sequence``)."""
+    return repeat_sequence(pods, capacity_milli, target_load)
+
+
+ESTIMATES: tuple[str, ...] = ("seen", "list")
+"""Where ``binpack-topo`` takes its workload estimate from (``PodScheduler``)."""
+SIM_POLICIES: tuple[str, ...] = POLICIES + PAPER_POLICIES
+"""Policies the pod simulator runs: ours (``policies``) and the FGD paper's baselines (``baselines``)."""
+
+
+def check_sim_policy(name: str) -> str:
+    if name not in SIM_POLICIES:
+        raise ValueError(f"unknown policy {name!r}; allowed: {', '.join(SIM_POLICIES)}")
+    return name
 
 
 class PodScheduler:
-    """One pod at a time onto one node (the trace's pods never span nodes)."""
+    """One pod at a time onto one node (the trace's pods never span nodes).
 
-    def __init__(self, state: CapacityState, policy: str, workload: Workload) -> None:
-        self.state, self.policy = state, check_policy(policy)
-        self.scorer = scorer_for(policy, workload)
+    ``seed`` and ``paper_workload`` only matter for the paper's baselines: their tie order (and
+    ``random``'s draws), and the workload ``fgd-paper`` estimates (default ``workload``).
+    ``estimate``: where ``binpack-topo`` takes its workload from: ``list`` (``workload``, the
+    list as a whole) or ``seen`` (the pods ``observe`` has been shown so far, ``observe``).
+    """
+
+    def __init__(self, state: CapacityState, policy: str, workload: Workload, *, seed: int = 42,
+                 paper_workload: Workload | None = None, estimate: str = "list") -> None:
+        if estimate not in ESTIMATES:
+            raise ValueError(f"unknown estimate {estimate!r}; allowed: {', '.join(ESTIMATES)}")
+        self.state, self.policy, self.estimate = state, check_sim_policy(policy), estimate
+        self.seen: Counter[Demand] = Counter()
+        self._next_estimate = 1
+        self.paper = PaperChooser(state, policy, paper_workload or workload, seed) if policy in PAPER_POLICIES else None
+        self.scorer = scorer_for(policy, workload) if self.paper is None else None
         # Reported fragmentation: the paper's measure for every policy, so they compare.
         self.report = self.scorer if self.scorer is not None and self.scorer.measure == "paper" else FragScorer(workload)
         for s in {id(self.report): self.report, id(self.scorer): self.scorer}.values():
@@ -118,26 +157,46 @@ class PodScheduler:
                 s.refresh(state)
         self.all_nodes = np.ones(len(state.cpu_free), dtype=bool)
 
-    def _touched(self, node: int) -> None:
+    def observe(self, pod: TracePod) -> None:
+        """A pod has arrived. With ``estimate="seen"``, ``binpack-topo`` re-estimates its workload (mix,
+        CPU and memory per GPU, rare hosts) from the pods seen so far each time their number
+        doubles: after 1, 2, 4, ... arrivals, so about 14 times in 10,000 pods, and never from pods
+        that have not arrived yet."""
+        if self.estimate != "seen" or self.policy != "binpack-topo":
+            return
+        self.seen[pod.demand] += 1
+        n = self.seen.total()
+        if n >= self._next_estimate:
+            self._next_estimate = 2 * n
+            self.scorer = scorer_for(self.policy, Workload.from_counts(self.seen.most_common(), self.state.model_names))
+            self.scorer.refresh(self.state)
+
+    def _touched(self, node: int, d: Demand, sign: int) -> None:
         self.report.refresh(self.state, [node])
         if self.scorer is not None and self.scorer is not self.report:
             self.scorer.refresh(self.state, [node])
+        if self.paper is not None:
+            self.paper.placed(node, d, sign)
 
     def try_place(self, pod: TracePod, mask: np.ndarray | None = None) -> Allocation | None:
         """Place ``pod`` on the policy's node (among ``mask``, default all) or return None."""
         d = pod.demand
-        node, device = choose_node(self.policy, self.state, d, self.all_nodes if mask is None else mask, cache=self.scorer)
+        where = self.all_nodes if mask is None else mask
+        if self.paper is not None:
+            node, gpus = self.paper.choose(d, where)
+        else:
+            node, device = choose_node(self.policy, self.state, d, where, cache=self.scorer)
+            gpus = pick_gpus(self.policy, self.state, node, d, device) if node >= 0 else ()
         if node < 0:
             return None
-        gpus = pick_gpus(self.policy, self.state, node, d, device)
         a = Allocation(pod.name, 0, node, gpus, d.gpu_milli, d.cpu_milli, d.mem_mib)
         self.state.allocate(a)
-        self._touched(node)
+        self._touched(node, d, 1)
         return a
 
     def release(self, a: Allocation) -> None:
         self.state.release(a)
-        self._touched(a.node)
+        self._touched(a.node, Demand(len(a.gpus), a.gpu_milli if a.gpus else 0, a.cpu_milli, a.mem_mib), -1)
 
     def fragmentation_gpus(self) -> float:
         """The paper's fragmentation of the whole cluster now, in GPUs."""
@@ -153,23 +212,31 @@ def simulate(
     target_load: float = 1.3,
     max_types: int | None = None,
     discipline: str = "fifo",
+    order: str = "shuffled",
+    seed: int = 42,
+    estimate: str = "seen",
 ) -> SimResult:
     """One policy over one trace. ``target_load``: GPU share submitted / capacity (fill and
-    queue modes); ``discipline``: queue mode's ``fifo`` or ``backfill``."""
+    queue modes); ``discipline``: queue mode's ``fifo``, ``backfill`` or ``reserve``; ``order``
+    and ``seed``: the arrival order of fill and queue modes (``protocol.arrival_sequence``);
+    ``estimate``: ``binpack-topo``'s workload from the pods seen so far or the whole list."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; allowed: {', '.join(MODES)}")
     if not pods:
         raise ValueError("the trace has no pods")
     state = CapacityState(topology)
-    wl = Workload.of([p.demand for p in pods], state.model_names, max_types=max_types)
-    sched = PodScheduler(state, policy, wl)
-    res = SimResult(policy, mode, state.gpu_capacity_milli / 1000.0)
+    demands = [p.demand for p in pods]
+    wl = Workload.of(demands, state.model_names, max_types=max_types)
+    typical = Workload.typical(demands, state.model_names) if policy == "fgd-paper" else None
+    sched = PodScheduler(state, policy, wl, seed=seed, paper_workload=typical, estimate=estimate)
+    res = SimResult(policy, mode, state.gpu_capacity_milli / 1000.0, order=order if mode != "replay" else "recorded",
+                    seed=seed)
     cap = state.gpu_capacity_milli
-
     placed: Counter[Demand] = Counter()
 
     def attempt(pod: TracePod) -> Allocation | None:
         t0, c0 = time.perf_counter(), time.thread_time()
+        sched.observe(pod)  # a re-estimate counts in the latency of the pod that triggers it
         a = sched.try_place(pod)
         res.latencies_us.append((time.perf_counter() - t0) * 1e6)
         res.cpu_us.append((time.thread_time() - c0) * 1e6)
@@ -184,36 +251,11 @@ def simulate(
         return a
 
     if mode == "queue":
-        QueueSimulation(sched, fill_sequence(pods, cap, target_load), res, discipline).run()
+        QueueSimulation(sched, arrival_sequence(pods, cap, target_load, order, seed), res, discipline).run()
     elif mode == "fill":
-        arrived_milli = 0
-        marks = [round(CHECKPOINT_STEP * i, 6) for i in range(1, int(round(target_load / CHECKPOINT_STEP)) + 1)] or [target_load]
-        for pod in fill_sequence(pods, cap, target_load):
-            attempt(pod)
-            arrived_milli += pod.demand.total_gpu_milli
-            while marks and arrived_milli >= marks[0] * cap:
-                res.timeline.append({"arrived_load": marks.pop(0), "allocation_rate": state.allocation_rate,
-                                     "fragmentation_gpus": sched.fragmentation_gpus(), "failed": res.failed})
+        _fill(arrival_sequence(pods, cap, target_load, order, seed), attempt, state, sched, res, target_load)
     else:
-        events: list[tuple[float, int, int]] = []  # (time, 0=departure first, pod index)
-        for i, p in enumerate(pods):
-            events.append((p.creation, 1, i))
-            if p.deletion is not None:
-                events.append((p.deletion, 0, i))
-        events.sort()
-        live: dict[int, Allocation] = {}
-        step = max(1, len(events) // 200)
-        for j, (t, kind, i) in enumerate(events):
-            if kind == 0:
-                if i in live:
-                    sched.release(live.pop(i))
-            else:
-                a = attempt(pods[i])
-                if a is not None:
-                    live[i] = a
-            if j % step == 0 or j == len(events) - 1:
-                res.timeline.append({"time": t, "allocation_rate": state.allocation_rate,
-                                     "fragmentation_gpus": sched.fragmentation_gpus(), "failed": res.failed})
+        _replay(pods, attempt, sched, res)
     res.final_allocation_rate = state.allocation_rate
     res.final_fragmentation_gpus = sched.fragmentation_gpus()
     if mode == "fill":
@@ -222,6 +264,53 @@ def simulate(
         rates = [s["allocation_rate"] for s in res.timeline]
         res.extra = {"mean_allocation_rate": round(float(np.mean(rates)), 6), "peak_allocation_rate": round(max(rates), 6)}
     return res
+
+
+def _fill(seq: list[TracePod], attempt, state: CapacityState, sched: PodScheduler, res: SimResult,
+          target_load: float) -> None:
+    """Fill mode: every pod of ``seq`` tried once; a sample every 5% arrived and after every pod (the curve)."""
+    cap = state.gpu_capacity_milli
+    arrived_milli = 0
+    arrived, allocated = np.zeros(len(seq)), np.zeros(len(seq))
+    marks = [round(CHECKPOINT_STEP * i, 6) for i in range(1, int(round(target_load / CHECKPOINT_STEP)) + 1)] or [target_load]
+
+    def sample(load: float) -> None:
+        res.timeline.append({"arrived_load": load, "allocation_rate": state.allocation_rate,
+                             "fragmentation_gpus": sched.fragmentation_gpus(), "failed": res.failed})
+
+    for i, pod in enumerate(seq):
+        attempt(pod)
+        arrived_milli += pod.demand.total_gpu_milli
+        arrived[i], allocated[i] = arrived_milli, state.allocated_gpu_milli
+        while marks and arrived_milli >= marks[0] * cap:
+            sample(marks.pop(0))
+    if marks:  # a resized list stops just short of the target: the last sample is where it ends
+        sample(round(arrived_milli / cap, 6))
+    res.curve = allocation_curve(arrived, allocated, cap, top=int(round(target_load * 100))).tolist()
+
+
+def _replay(pods: Sequence[TracePod], attempt, sched: PodScheduler, res: SimResult) -> None:
+    """Replay mode: arrivals and departures at their recorded times."""
+    state = sched.state
+    events: list[tuple[float, int, int]] = []  # (time, 0=departure first, pod index)
+    for i, p in enumerate(pods):
+        events.append((p.creation, 1, i))
+        if p.deletion is not None:
+            events.append((p.deletion, 0, i))
+    events.sort()
+    live: dict[int, Allocation] = {}
+    step = max(1, len(events) // 200)
+    for j, (t, kind, i) in enumerate(events):
+        if kind == 0:
+            if i in live:
+                sched.release(live.pop(i))
+        else:
+            a = attempt(pods[i])
+            if a is not None:
+                live[i] = a
+        if j % step == 0 or j == len(events) - 1:
+            res.timeline.append({"time": t, "allocation_rate": state.allocation_rate,
+                                 "fragmentation_gpus": sched.fragmentation_gpus(), "failed": res.failed})
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ def blocked_head(tmp_path):
 
 def run(trace, policy, discipline):
     topo, pods = trace
-    # 4 GPUs asked on 2: target_load 2 submits the three pods once.
-    return simulate(topo, pods, policy, mode="queue", target_load=2.0, discipline=discipline)
+    # 4 GPUs asked on 2: target_load 2 submits the three pods once, in file order (the scenario needs it).
+    return simulate(topo, pods, policy, mode="queue", target_load=2.0, discipline=discipline, order="file")
 
 
 @pytest.mark.parametrize("policy", POLICIES)
