@@ -9,13 +9,28 @@ checkpoint written just before.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from kilorl.monitor.migration import MigrationDecision
+    from kilorl.monitor.settings import MonitorConfig
     from kilorl.trainer.data_path import DataPath
-    from kilorl.trainer.migration import Migrator
+    from kilorl.trainer.session import RoleSession
+
+
+class Migrator(Protocol):
+    """What a learner move needs of ``kilorl.trainer.migration.Migrator`` (named here, so the two
+    modules do not import each other)."""
+
+    config: MonitorConfig
+    roles: RoleSession
+    save: Callable[[], Path]
+
+    def bundle(self, role: str, instance: int) -> dict[str, Any]: ...
+
+    def forget_role(self, role: str, rank: int) -> None: ...
 
 
 class LearnerGroupLost(RuntimeError):

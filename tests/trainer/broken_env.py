@@ -70,17 +70,31 @@ class SlowCartPole(gym.Env):
 
 class KillsItsLearner(gym.Env):
     """CartPole; built inside a learner process (``ray::LearnerProcess`` in its title), it SIGKILLs
-    that process ``after_s`` seconds later, every time: a learner that dies on each restore."""
+    that process, every time: a learner that dies on each restore. It dies once the run directory
+    ``once_checkpointed`` holds a checkpoint (so the run has steps to report and a checkpoint to
+    restore, however slow the machine), or ``after_s`` seconds after it was built."""
 
-    def __init__(self, after_s: float = 8.0) -> None:
+    def __init__(self, after_s: float = 8.0, once_checkpointed: str | None = None) -> None:
         import threading
 
         self.inner = gym.make("CartPole-v1")
         self.observation_space, self.action_space = self.inner.observation_space, self.inner.action_space
         with open("/proc/self/cmdline", "rb") as f:
             in_learner = b"LearnerProcess" in f.read()
-        if in_learner:
+        if in_learner and once_checkpointed is None:
             threading.Timer(after_s, self._die).start()
+        elif in_learner:
+            threading.Thread(target=self._die_once_checkpointed, args=(once_checkpointed,), daemon=True).start()
+
+    @classmethod
+    def _die_once_checkpointed(cls, run_dir: str) -> None:
+        import time
+        from pathlib import Path
+
+        root = Path(run_dir) / "checkpoints"
+        while not (root.is_dir() and any(p.name.startswith("step_") for p in root.iterdir())):
+            time.sleep(0.05)  # a condition, polled: no time window to miss
+        cls._die()
 
     @staticmethod
     def _die() -> None:

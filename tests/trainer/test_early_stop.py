@@ -140,7 +140,9 @@ def test_kilorl_train_stopped_by_no_room_for_the_head_store_worker_exits_3_namin
 
 @pytest.mark.slow
 def test_kilorl_train_stopped_by_lost_learners_exits_3_naming_reason_steps_and_resume(kilorl_cli, tmp_path):
-    cfg = tiny_config(env={"id": "tests.trainer.broken_env:KillsItsLearner", "kwargs": {"after_s": 6.0}},
+    run_dir = tmp_path / "run"
+    cfg = tiny_config(env={"id": "tests.trainer.broken_env:KillsItsLearner",
+                           "kwargs": {"once_checkpointed": str(run_dir)}},
                       train={"total_env_steps": 256 * 100_000}, checkpoint={"every_env_steps": 512})
     out, run = _train(kilorl_cli, tmp_path, cfg)
     last = _assert_stopped(out, run, "learners_lost")
