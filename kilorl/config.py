@@ -236,6 +236,7 @@ class Config(_Section):
     @model_validator(mode="after")
     def _batch_fits_the_algorithm(self) -> Config:
         self.algo.check_batch(self.rollout_steps, self.train.gradient_accumulation_steps)
+        self.algo.check_parallelism(self.parallelism)
         self.sync.check(self.train.pipeline_depth)
         self._algorithm_fits_the_sections()
         return self
@@ -246,6 +247,9 @@ class Config(_Section):
         if self.model.dueling and spec.model == "kilorl.models:build_actor_critic":
             raise ValueError(f"model.dueling: algo.name={self.algo.name} uses an actor-critic network, which has "
                              "no dueling head (a Q-learning algorithm such as dqn has)")
+        if spec.data_path in ("replay", "queue") and self.sync.mode == "sync":
+            raise ValueError(f"sync.mode=sync: algo.name={self.algo.name} is on the {spec.data_path} data path, "
+                             "whose env runners take the newest version without waiting (use async)")
         if spec.data_path == "replay":
             for field in ("normalize_obs", "normalize_reward"):
                 if getattr(self.env, field):

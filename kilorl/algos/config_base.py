@@ -33,6 +33,9 @@ class AlgoConfig(Section):
     def check_batch(self, batch_size: int, gradient_accumulation_steps: int) -> None:
         """Raise ValueError when this algorithm cannot split a batch of ``batch_size`` samples."""
 
+    def check_parallelism(self, parallelism: Any) -> None:
+        """Raise ValueError, naming both fields, for role counts this algorithm cannot use."""
+
 
 class OnPolicyConfig(AlgoConfig):
     """Fields shared by on-policy actor-critic methods that learn from ``[T, N]`` rollouts."""
@@ -77,3 +80,41 @@ class ReplayConfig(AlgoConfig):
     def iteration_env_steps(self, parallelism: Any) -> int:
         """One rollout per learner (each learner adds its own to its table)."""
         return parallelism.learner * parallelism.envs_per_actor * self.rollout_length
+
+
+class QueueOptions(Section):
+    """The as-completed ``queue`` data path: batches are the first rollouts to complete."""
+
+    rollouts_per_batch: int = Field(default=2, ge=1)
+    """Rollouts in one learner batch, dealt in equal shares to the learner ranks."""
+    max_queued_rollouts: int = Field(default=8, ge=1)
+    """Completed rollouts waiting for a learner before env runners pause (the back-pressure)."""
+    max_policy_lag: int = Field(default=20, ge=0)
+    """Rollouts produced more than this many versions before the one being trained are dropped."""
+
+
+class QueueConfig(AlgoConfig):
+    """Fields shared by algorithms on the ``queue`` data path (IMPALA): env runners never wait
+    for a version; learners train on the rollouts that complete first, lag and all."""
+
+    data_path: ClassVar[str] = "queue"
+
+    rollout_length: int = Field(default=32, gt=0)
+    """Environment steps each env takes per rollout."""
+    gamma: float = Field(default=0.99, ge=0, le=1)
+    """Discount factor."""
+    queue: QueueOptions = Field(default_factory=QueueOptions)
+    """How rollouts queue up for the learners."""
+
+    def iteration_env_steps(self, parallelism: Any) -> int:
+        """One batch: ``queue.rollouts_per_batch`` rollouts."""
+        return self.queue.rollouts_per_batch * parallelism.envs_per_actor * self.rollout_length
+
+    def check_parallelism(self, parallelism: Any) -> None:
+        q = self.queue
+        if q.rollouts_per_batch % parallelism.learner:
+            raise ValueError(f"algo.queue.rollouts_per_batch={q.rollouts_per_batch} must be a multiple of "
+                             f"parallelism.learner={parallelism.learner} (equal shares per learner)")
+        if q.max_queued_rollouts < q.rollouts_per_batch:
+            raise ValueError(f"algo.queue.max_queued_rollouts={q.max_queued_rollouts} is smaller than one batch "
+                             f"(algo.queue.rollouts_per_batch={q.rollouts_per_batch})")

@@ -79,6 +79,10 @@ register(AlgorithmSpec(
     policy="kilorl.algos.dqn.policy:EpsilonGreedy", model="kilorl.algos.dqn.model:build_q_network",
     data_path="replay",
 ))
+register(AlgorithmSpec(
+    name="impala", config="kilorl.algos.impala.config:IMPALAConfig", learner="kilorl.algos.impala.learner:IMPALALearner",
+    policy="kilorl.algos.impala.policy:BehaviourLogProb", data_path="queue",
+))
 
 
 ENTRY_POINT_GROUP = "kilorl.algorithms"

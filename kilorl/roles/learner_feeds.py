@@ -6,6 +6,7 @@ before (and while) its algorithm trains, and the source the algorithm pulls from
   together (their all-reduces must match).
 - ``replay``: rollouts go into the algorithm's own replay table (``make_replay_table``);
   the algorithm samples from it at the ratio its config sets. Nothing is stale here.
+- ``queue``: the rollouts that completed first, merged, lagged versions kept per column.
 
 A third path registers here under its name (``FEEDS``) without changing the learner role.
 """
@@ -84,12 +85,26 @@ class ReplayFeed:
         return stats
 
 
-FEEDS: dict[str, Callable[..., Any]] = {"on_policy": OnPolicyFeed, "replay": ReplayFeed}
+class QueueFeed:
+    """Every rollout handed over, merged, lag and all (the driver dropped those past
+    ``algo.queue.max_policy_lag``); each env column keeps its version (``column_versions``)."""
+
+    def __init__(self, algorithm: AlgorithmLearner, grad_comm: GradientComm, world: int, max_staleness: int) -> None:
+        self.algorithm = algorithm
+
+    def train(self, version: int, env_steps_total: int, rollouts: list[Rollout]) -> dict[str, float]:
+        if not rollouts:
+            raise ValueError("the queue data path handed this learner no rollout (shares must be equal)")
+        stats = self.algorithm.update(RolloutBatch(merge_rollouts(rollouts)), env_steps_total)
+        return stats
+
+
+FEEDS: dict[str, Callable[..., Any]] = {"on_policy": OnPolicyFeed, "replay": ReplayFeed, "queue": QueueFeed}
 """Data path name -> the learner's feed for it."""
 
 
 def make_feed(data_path: str, algorithm: AlgorithmLearner, grad_comm: GradientComm, world: int,
-              max_staleness: int) -> OnPolicyFeed | ReplayFeed:
+              max_staleness: int) -> OnPolicyFeed | ReplayFeed | QueueFeed:
     try:
         feed = FEEDS[data_path]
     except KeyError:

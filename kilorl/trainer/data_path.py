@@ -5,7 +5,8 @@ A data path is an iterator of ``IterationResult``: one per learner update (one p
 version). It owns when env runners collect and what the learners are handed; it exposes the
 counters a checkpoint keeps (``iteration``, ``env_steps``, ``lost_rollouts``) and the refs of
 one env runner's work in flight (what a migration waits for). ``on_policy`` and ``replay``
-ship; a third (``queue``, rollouts consumed as they complete) registers in ``DATA_PATHS``.
+and ``queue`` (rollouts consumed as they complete, lag kept as data) ship; another registers
+in ``DATA_PATHS`` and in the learner's ``FEEDS``.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class DataPath(Protocol):
 DATA_PATHS: dict[str, str] = {
     "on_policy": "kilorl.trainer.loop:OnPolicyLoop",
     "replay": "kilorl.trainer.replay_loop:ReplayLoop",
+    "queue": "kilorl.trainer.queue_loop:QueueLoop",
 }
 """Data path name -> ``module:Class`` built as ``Class(cfg, roles, iteration, env_steps)``."""
 
