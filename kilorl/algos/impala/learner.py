@@ -66,6 +66,7 @@ class IMPALALearner(ActorCriticLearner):
         grad_norm = ac.step()
         ac.updates += 1
         lag = (rollout.column_versions is not None)
-        return {"policy_loss": float(policy), "value_loss": float(value), "entropy": float(ent), "lr": lr,
+        return {"policy_loss": float(policy.detach()), "value_loss": float(value.detach()),
+                "entropy": float(ent.detach()), "lr": lr,
                 "grad_norm": float(grad_norm), "mean_rho": float((logp.detach() - ac.tensor(steps[keys.LOGP])).exp().mean()),
                 **({"batch_columns": float(len(rollout.column_versions))} if lag else {})}
