@@ -332,8 +332,10 @@ def _other_paths_field(loc: tuple[Any, ...]) -> str | None:
         return None
     name, field = str(loc[1]), str(loc[2])
     mine = algo_spec(name).data_path
-    owners = [n for n in algo_names() if algo_spec(n).data_path != mine
-              and field in algo_spec(n).load("config").model_fields]
+    has = {n: field in algo_spec(n).load("config").model_fields for n in algo_names()}
+    if any(has[n] for n in algo_names() if algo_spec(n).data_path == mine):
+        return None  # an option of this data path, just not of this algorithm: a plain unknown field
+    owners = [n for n in algo_names() if algo_spec(n).data_path != mine and has[n]]
     if not owners:
         return None
     path = algo_spec(owners[0]).data_path

@@ -39,6 +39,12 @@ def adam(params: list[torch.nn.Parameter], lr: float, flat: FlatParameters | Non
     return FunctionalAdam(params, lr=lr, eps=1e-5, flat=flat)
 
 
+def rmsprop(params: list[torch.nn.Parameter], lr: float, flat: FlatParameters | None = None) -> torch.optim.Optimizer:
+    """RMSprop as the A2C paper and SB3 configure it (alpha 0.99, eps 1e-5); it steps the
+    parameters one by one (``flat``, if any, keeps their gradients gathered for clipping)."""
+    return torch.optim.RMSprop(params, lr=lr, alpha=0.99, eps=1e-5)
+
+
 class ActorCriticState:
     """Model, optimizer and normalizer statistics of one learner rank, kept identical across ranks."""
 

@@ -83,6 +83,10 @@ register(AlgorithmSpec(
     name="impala", config="kilorl.algos.impala.config:IMPALAConfig", learner="kilorl.algos.impala.learner:IMPALALearner",
     policy="kilorl.algos.impala.policy:BehaviourLogProb", data_path="queue",
 ))
+register(AlgorithmSpec(
+    name="appo", config="kilorl.algos.impala.appo:APPOConfig", learner="kilorl.algos.impala.appo:APPOLearner",
+    policy="kilorl.algos.impala.policy:BehaviourLogProb", data_path="queue",
+))
 
 
 ENTRY_POINT_GROUP = "kilorl.algorithms"

@@ -12,19 +12,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from kilorl.algos import keys
-from kilorl.algos.actor_critic import ActorCriticLearner, ActorCriticState, adam, explained_variance
-from kilorl.algos.flat_params import FlatParameters
+from kilorl.algos.actor_critic import ActorCriticLearner, ActorCriticState, adam, explained_variance, rmsprop
 from kilorl.algos.gae import rollout_gae
 
 if TYPE_CHECKING:
     from kilorl.algos.a2c.config import A2CConfig
     from kilorl.algos.api import LearnerContext, RolloutBatch
-
-
-def rmsprop(params: list[torch.nn.Parameter], lr: float, flat: FlatParameters | None = None) -> torch.optim.Optimizer:
-    """RMSprop as the A2C paper and SB3 configure it (alpha 0.99, eps 1e-5); it steps the
-    parameters one by one (``flat``, if any, keeps their gradients gathered for clipping)."""
-    return torch.optim.RMSprop(params, lr=lr, alpha=0.99, eps=1e-5)
 
 
 class A2CLearner(ActorCriticLearner):

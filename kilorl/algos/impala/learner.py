@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from kilorl.algos import keys
-from kilorl.algos.a2c.learner import rmsprop
-from kilorl.algos.actor_critic import ActorCriticLearner, ActorCriticState, adam
+from kilorl.algos.actor_critic import ActorCriticLearner, ActorCriticState, adam, rmsprop
 from kilorl.algos.vtrace import vtrace
 
 if TYPE_CHECKING:
@@ -59,7 +58,7 @@ class IMPALALearner(ActorCriticLearner):
         adv = vt.pg_advantages.reshape(-1)
         if algo.norm_adv:
             adv = ac.normalized(adv)
-        policy = -(adv * logp).mean()
+        policy, extra = self.policy_loss(logp, ac.tensor(steps[keys.LOGP]), adv)
         value = 0.5 * ((vt.vs.reshape(-1) - values) ** 2).mean()
         ent = entropy.mean()
         (policy + algo.vf_coef * value - algo.ent_coef * ent).backward()
@@ -69,4 +68,9 @@ class IMPALALearner(ActorCriticLearner):
         return {"policy_loss": float(policy.detach()), "value_loss": float(value.detach()),
                 "entropy": float(ent.detach()), "lr": lr,
                 "grad_norm": float(grad_norm), "mean_rho": float((logp.detach() - ac.tensor(steps[keys.LOGP])).exp().mean()),
-                **({"batch_columns": float(len(rollout.column_versions))} if lag else {})}
+                **extra, **({"batch_columns": float(len(rollout.column_versions))} if lag else {})}
+
+    def policy_loss(self, logp: torch.Tensor, behaviour_logp: torch.Tensor,
+                    adv: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """IMPALA's policy gradient on the V-trace advantages (which carry the importance weights)."""
+        return -(adv * logp).mean(), {}
