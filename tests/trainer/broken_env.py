@@ -71,8 +71,9 @@ class SlowCartPole(gym.Env):
 class KillsItsLearner(gym.Env):
     """CartPole; built inside a learner process (``ray::LearnerProcess`` in its title), it SIGKILLs
     that process, every time: a learner that dies on each restore. It dies once the run directory
-    ``once_checkpointed`` holds a checkpoint (so the run has steps to report and a checkpoint to
-    restore, however slow the machine), or ``after_s`` seconds after it was built."""
+    ``once_checkpointed`` holds a checkpoint newer than the newest it found when it was built (so
+    each learner starts, trains and has a checkpoint to restore, however slow the machine), or
+    ``after_s`` seconds after it was built."""
 
     def __init__(self, after_s: float = 8.0, once_checkpointed: str | None = None) -> None:
         import threading
@@ -92,8 +93,13 @@ class KillsItsLearner(gym.Env):
         from pathlib import Path
 
         root = Path(run_dir) / "checkpoints"
-        while not (root.is_dir() and any(p.name.startswith("step_") for p in root.iterdir())):
-            time.sleep(0.05)  # a condition, polled: no time window to miss
+
+        def newest() -> str:
+            return max((p.name for p in root.iterdir() if p.name.startswith("step_")), default="") if root.is_dir() else ""
+
+        started_from = newest()
+        while newest() <= started_from:  # a condition, polled: no time window to miss
+            time.sleep(0.05)
         cls._die()
 
     @staticmethod
