@@ -200,6 +200,12 @@ class AlgorithmLearner(abc.ABC):
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore what ``state`` returned."""
 
+    def policy_state(self) -> dict[str, Any]:
+        """What playing the policy needs (``model``, ``obs_rms``): evaluation during training
+        takes this, not the whole ``state()`` (a replay table has no part in it)."""
+        state = self.state()
+        return {"model": state["model"], "obs_rms": state["obs_rms"]}
+
     def load_weights(self, weights: dict[str, np.ndarray]) -> None:
         """Take published ``weights()`` (a durable version a resumed run continues from)."""
         raise NotImplementedError(f"{type(self).__name__} cannot resume from published weights")

@@ -137,7 +137,7 @@ class LearnerRole(Learner):
         the first call; the training state (weights, RNG) is left as it was."""
         if self._episodes is None:
             self._episodes = EpisodeRunner(self.cfg)
-        return self._episodes.returns(self.algorithm.state(), episodes, seed, deterministic)
+        return self._episodes.returns(self.algorithm.policy_state(), episodes, seed, deterministic)
 
     def weights_digest(self) -> float:
         """A cheap fingerprint of the weights (tests check that ranks agree)."""

@@ -92,7 +92,10 @@ class QueueLoop:
         deadline = time.monotonic() + RESTART_WAIT_S
         while len(self.ready) < self.per_batch and self.pending:
             self._complete_one(deadline)
-        batch = [self.ready.popleft() for _ in range(min(self.per_batch, len(self.ready)))]
+        take = min(self.per_batch, len(self.ready))
+        if take < self.per_batch:  # the budget's last rollouts: equal shares, or none (never counted)
+            take -= take % len(self.roles.learners)
+        batch = [self.ready.popleft() for _ in range(take)]
         for j in [j for j in self.paused]:  # the queue drained: paused runners go on
             if len(self.ready) < self.max_queued:
                 self.paused.remove(j)

@@ -111,6 +111,9 @@ class DQNLearner(AlgorithmLearner):
         self.q.load_state_dict(state)
         self.target.load_state_dict(state)
 
+    def policy_state(self) -> dict[str, Any]:
+        return {"model": {k: v.detach().cpu() for k, v in self.q.state_dict().items()}, "obs_rms": self.obs_rms.state()}
+
     def state(self) -> dict[str, Any]:
         tensors, parts_meta = self.parts.state()
         meta: dict[str, Any] = {"env_steps": self.env_steps, "credit": self.credit,
