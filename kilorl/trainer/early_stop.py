@@ -4,7 +4,7 @@ Every early stop (a leaking role that could not be moved nor restarted, learners
 their restores, a store that could not be recovered) becomes one :class:`EarlyStop`. The
 trainer appends it to ``metrics.jsonl`` as the run's last row (``stopped``,
 ``stop_reason``, ``resume``), ``kilorl top`` shows that row once the run has ended, and
-``kilorl train`` ends with :meth:`EarlyStop.last_line` and exit code :data:`EXIT_STOPPED`
+``kilorl train`` ends with that row as one line (:func:`describe_row`) and exit code :data:`EXIT_STOPPED`
 instead of ``done: ...`` and 0, so neither a user nor a script mistakes it for a finished run.
 
 Kept free of Ray and torch: the driver and ``kilorl top`` import it cheaply.
@@ -45,8 +45,7 @@ class EarlyStop:
     """What continues the run to its budget (``resume_command``)."""
 
     def last_line(self) -> str:
-        return (f"stopped early ({self.kind}): {self.reason}; reached {self.env_steps} of {self.total_env_steps} "
-                f"env steps; resume with: {self.resume_command}")
+        return describe_row(self.row())
 
     def row(self) -> dict[str, Any]:
         return {"env_steps": self.env_steps, "iteration": self.iteration, "total_env_steps": self.total_env_steps,
@@ -92,7 +91,7 @@ def stopped_row(run_dir: str | Path) -> dict[str, Any] | None:
 
 
 def describe_row(row: dict[str, Any]) -> str:
-    """An early-stop row as one line (what ``kilorl top`` prints)."""
+    """An early-stop row as one line (``kilorl train``'s last line; what ``kilorl top`` prints)."""
     return (f"stopped early ({row['stopped']}): {row.get('stop_reason', '')}; reached {row.get('env_steps')} of "
             f"{row.get('total_env_steps')} env steps; resume with: {row.get('resume', '')}")
 
