@@ -1,7 +1,8 @@
 """A run that ends before its env-step budget says so: in its result, its metrics and its exit code.
 
 Every early stop (a leaking role that could not be moved nor restarted, learners lost past
-their restores, a store that could not be recovered) becomes one :class:`EarlyStop`. The
+their restores, a store that could not be recovered, actors lost past their restarts, roles
+killed by Ray's out-of-memory killer) becomes one :class:`EarlyStop`. The
 trainer appends it to ``metrics.jsonl`` as the run's last row (``stopped``,
 ``stop_reason``, ``resume``), ``kilorl top`` shows that row once the run has ended, and
 ``kilorl train`` ends with that row as one line (:func:`describe_row`) and exit code :data:`EXIT_STOPPED`
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +24,9 @@ from typing import Any, TypeVar
 EXIT_STOPPED = 3
 """``kilorl train``'s exit code for a run that stopped before its env-step budget (README, "Exit codes")."""
 
-KINDS = ("migration", "learners_lost", "store_lost")
-"""Why a run stops early: a role not moved, learners lost past their restores, a store not recovered."""
+KINDS = ("migration", "learners_lost", "store_lost", "actors_lost", "out_of_memory")
+"""Why a run stops early: a role not moved, learners lost past their restores, a store not recovered,
+actors lost past their restarts, role processes killed by Ray because the node ran out of memory."""
 
 T = TypeVar("T")
 
@@ -106,6 +109,12 @@ def kind_of(err: BaseException) -> str | None:
         return "learners_lost"
     if isinstance(err, (ParametersLost, StoreError)):
         return "store_lost"
+    ray = sys.modules.get("ray")  # a Ray error can only come from a run that imported Ray
+    if ray is not None:
+        if isinstance(err, ray.exceptions.OutOfMemoryError):
+            return "out_of_memory"
+        if isinstance(err, ray.exceptions.RayActorError):
+            return "actors_lost"
     return None
 
 
