@@ -27,6 +27,8 @@ REPO = Path(__file__).resolve().parent.parent
 MiB = 2**20
 BUDGET = 2 * 2**30
 THRESHOLD = 475.0
+MAX_CONCURRENT = 2
+"""Both leaking roles may be decided in one round (with 1, the actor waits behind the learner's restart)."""
 
 
 def overrides(rate_mib_s: float, seed: int) -> list[str]:
@@ -35,7 +37,8 @@ def overrides(rate_mib_s: float, seed: int) -> list[str]:
     return ["logging.progress=false", "logging.tensorboard=false", f"train.seed={seed}",
             "monitor.prometheus.enabled=true", "monitor.prometheus.port=0",
             f"monitor.memory_budget_bytes={{actor: {BUDGET}, learner: {BUDGET}}}",
-            "monitor.migration.migrate_before_s=600", f"monitor.inject_leaks=[{leaks}]"]
+            "monitor.migration.migrate_before_s=600", f"monitor.migration.max_concurrent={MAX_CONCURRENT}",
+            f"monitor.inject_leaks=[{leaks}]"]
 
 
 def one_run(rate: float, seed: int, root: Path) -> dict:
