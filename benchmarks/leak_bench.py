@@ -173,7 +173,7 @@ def run(rates: list[float], repeats: int, healthy_s: float, leak_after_s: float,
     for k in kids:
         k.update(ps=psutil.Process(k["proc"].pid), det=LeakDetector(), flagged_at=None, alarms=0, flagged_s=0,
                  was=False, leak_start=None, done=False, samples=0, limit=None, fast=None, rss_at_flag=None,
-                 over_limit=False)
+                 over_limit=False, slope=None, fast_alarms=0)
         room = headroom_mib if k["kind"] == "leak" else healthy_headroom_mib
         if room is not None:  # the role's budget: its RSS at launch plus this much (the steep-leak test needs one)
             k["limit"] = float(k["ps"].memory_info().rss) + room * MiB
@@ -196,8 +196,9 @@ def run(rates: list[float], repeats: int, healthy_s: float, leak_after_s: float,
             k["samples"] += 1
             if v.suspected and not k["was"]:
                 k["alarms"] += 1
+                k["fast_alarms"] += int(v.fast)
                 if k["flagged_at"] is None:
-                    k["flagged_at"], k["fast"], k["rss_at_flag"] = now, v.fast, rss
+                    k["flagged_at"], k["fast"], k["rss_at_flag"], k["slope"] = now, v.fast, rss, v.slope_bytes_per_s
             if k["limit"] is not None and rss >= k["limit"] and k["flagged_at"] is None:
                 k["over_limit"] = True  # reached its limit unflagged: too late, and no point leaking on
             k["flagged_s"] += int(v.suspected)
@@ -221,13 +222,16 @@ def run(rates: list[float], repeats: int, healthy_s: float, leak_after_s: float,
         out["leaks"][rate] = {"delays_s": [round(d, 1) for d in delays], "median_s": round(statistics.median(delays), 1)
                               if delays else None, "missed": len(ks) - len(delays), "flagged_before_leak": len(early),
                               "fast": [k["fast"] for k in ks if k["flagged_at"]],
+                              # what the child achieved on a loaded machine (the nominal rate is an upper bound)
+                              "slope_at_flag_mib_s": [round(k["slope"] / MiB, 1) for k in ks if k["flagged_at"]],
                               "reached_limit_unflagged": sum(k["over_limit"] for k in ks)}
         if headroom_mib is not None:  # how far from the limit each was when flagged, in seconds of its leak
             out["leaks"][rate]["margin_s"] = [round((k["limit"] - k["rss_at_flag"]) / (rate * MiB), 1)
-                                              for k in ks if k["flagged_at"]]
+                                              for k in ks if k["flagged_at"]]  # at the nominal rate: a lower bound
     for k in kids:
         if k["kind"] != "leak":
-            out["healthy"][k["kind"]] = {"observed_s": k["samples"], "alarms": k["alarms"], "flagged_s": k["flagged_s"]}
+            out["healthy"][k["kind"]] = {"observed_s": k["samples"], "alarms": k["alarms"], "flagged_s": k["flagged_s"],
+                                         "alarms_by_the_steep_leak_test": k["fast_alarms"]}
     return out
 
 

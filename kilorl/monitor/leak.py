@@ -22,7 +22,7 @@ large drop of a sawtooth) on fewer samples, ``fast_confirmations`` verdicts, and
 the limit is that close. A start-up
 allocation is a few large jumps and rejected by the jump test; a healthy process far from
 its limit never gets that forecast. What it costs in false alarms is measured in
-docs/benchmarks.md ("Leak detection on real processes").
+docs/benchmarks.md ("Steep leaks against a limit").
 
 The forecast extrapolates the Theil-Sen line of the window's recent half to the limit (the role's budget, the
 device's free memory, the node's RAM): ``time_to_limit_s``.

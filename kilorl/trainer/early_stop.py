@@ -1,10 +1,11 @@
 """A run that ends before its env-step budget says so: in its result, its metrics and its exit code.
 
 Every early stop (a leaking role that could not be moved nor restarted, learners lost past
-their restores, a store that could not be recovered) becomes one :class:`EarlyStop`. The
+their restores, a store that could not be recovered, actors lost past their restarts, roles
+killed by Ray's out-of-memory killer) becomes one :class:`EarlyStop`. The
 trainer appends it to ``metrics.jsonl`` as the run's last row (``stopped``,
 ``stop_reason``, ``resume``), ``kilorl top`` shows that row once the run has ended, and
-``kilorl train`` ends with :meth:`EarlyStop.last_line` and exit code :data:`EXIT_STOPPED`
+``kilorl train`` ends with that row as one line (:func:`describe_row`) and exit code :data:`EXIT_STOPPED`
 instead of ``done: ...`` and 0, so neither a user nor a script mistakes it for a finished run.
 
 Kept free of Ray and torch: the driver and ``kilorl top`` import it cheaply.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +24,9 @@ from typing import Any, TypeVar
 EXIT_STOPPED = 3
 """``kilorl train``'s exit code for a run that stopped before its env-step budget (README, "Exit codes")."""
 
-KINDS = ("migration", "learners_lost", "store_lost")
-"""Why a run stops early: a role not moved, learners lost past their restores, a store not recovered."""
+KINDS = ("migration", "learners_lost", "store_lost", "actors_lost", "out_of_memory")
+"""Why a run stops early: a role not moved, learners lost past their restores, a store not recovered,
+actors lost past their restarts, role processes killed by Ray because the node ran out of memory."""
 
 T = TypeVar("T")
 
@@ -45,8 +48,7 @@ class EarlyStop:
     """What continues the run to its budget (``resume_command``)."""
 
     def last_line(self) -> str:
-        return (f"stopped early ({self.kind}): {self.reason}; reached {self.env_steps} of {self.total_env_steps} "
-                f"env steps; resume with: {self.resume_command}")
+        return describe_row(self.row())
 
     def row(self) -> dict[str, Any]:
         return {"env_steps": self.env_steps, "iteration": self.iteration, "total_env_steps": self.total_env_steps,
@@ -92,7 +94,7 @@ def stopped_row(run_dir: str | Path) -> dict[str, Any] | None:
 
 
 def describe_row(row: dict[str, Any]) -> str:
-    """An early-stop row as one line (what ``kilorl top`` prints)."""
+    """An early-stop row as one line (``kilorl train``'s last line; what ``kilorl top`` prints)."""
     return (f"stopped early ({row['stopped']}): {row.get('stop_reason', '')}; reached {row.get('env_steps')} of "
             f"{row.get('total_env_steps')} env steps; resume with: {row.get('resume', '')}")
 
@@ -107,6 +109,12 @@ def kind_of(err: BaseException) -> str | None:
         return "learners_lost"
     if isinstance(err, (ParametersLost, StoreError)):
         return "store_lost"
+    ray = sys.modules.get("ray")  # a Ray error can only come from a run that imported Ray
+    if ray is not None:
+        if isinstance(err, ray.exceptions.OutOfMemoryError):
+            return "out_of_memory"
+        if isinstance(err, ray.exceptions.RayActorError):
+            return "actors_lost"
     return None
 
 

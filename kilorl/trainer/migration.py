@@ -132,7 +132,10 @@ class Migrator:
             return self.stop_reason is not None
         self._next_round = now + self.config.prometheus.push_interval_s
         self._poll()
-        for decision in self.policy.decide([s for v in self._status.values() for s in v], now):
+        decisions = self.policy.decide([s for v in self._status.values() for s in v], now)
+        # an actor's move returns at once, a learner's blocks until its replacement serves: actors first,
+        # so that a leaking actor is not left to grow while a learner restarts
+        for decision in sorted(decisions, key=lambda d: d.role != "actor"):
             self._carry_out(decision, loop)
             if self.stop_reason is not None:
                 break

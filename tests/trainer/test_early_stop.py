@@ -96,6 +96,22 @@ def test_a_store_that_could_not_be_recovered_is_a_store_lost_stop(tmp_path, erro
     assert (_rows(run)[-1]["stopped"], _rows(run)[-1]["env_steps"]) == ("store_lost", 1024)
 
 
+@pytest.mark.parametrize("kind", ["actors_lost", "out_of_memory"])
+def test_actors_lost_past_their_restarts_and_roles_killed_for_memory_are_early_stops(tmp_path, kind):
+    from ray.exceptions import OutOfMemoryError, RayActorError
+
+    run = tmp_path / "run"
+    _metrics(run, {"env_steps": 512, "iteration": 2})
+    exc = RayActorError() if kind == "actors_lost" else OutOfMemoryError("4 worker(s) were killed: node low on memory")
+
+    def lost() -> _Result:
+        raise exc
+
+    with pytest.raises(type(exc)):
+        early_stop.recorded(run, 4096, lost)
+    assert (_rows(run)[-1]["stopped"], _rows(run)[-1]["env_steps"]) == (kind, 512)
+
+
 def test_top_shows_the_stop_of_a_run_that_ended_early(tmp_path, capsys):
     from kilorl.cli.top import run as top
     from kilorl.monitor.discovery import TargetsFile
