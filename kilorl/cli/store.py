@@ -54,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cl.add_argument("--member-id", help="member id in the ring (default HOST:PORT)")
     cl.add_argument("--lease-ttl", type=float, default=3.0, help="seconds without heartbeat before a worker is dead")
     cl.add_argument("--fanout", type=int, default=2, help="copies a holder serves before readers relay")
+    cl.add_argument("--get-timeout", type=float, default=15.0, metavar="S",
+                    help="seconds a remote read keeps trying an unreachable holder (e.g. one restarting) "
+                         "before ObjectLost; a run passes store.reconnect_timeout_s")
     start.add_argument("--foreground", action="store_true", help="run in this process instead of daemonizing")
     start.add_argument("--inject-leak", type=float, metavar="BYTES_PER_S",
                        help="fault injection for drills: the worker leaks this much resident memory per second")
@@ -103,7 +106,8 @@ def _cluster_config(args: argparse.Namespace):
     if not name.replace("-", "").replace("_", "").isalnum():
         raise ConfigError(f"cluster_name: use letters, digits, '-' and '_', got {name!r}")
     return MeshConfig(head=args.head, join=args.join, metastore=args.metastore, member_id=args.member_id,
-                      lease_ttl=args.lease_ttl, fanout=args.fanout, prefix=f"/kilorl/store/{name}/")
+                      lease_ttl=args.lease_ttl, fanout=args.fanout, get_timeout=args.get_timeout,
+                      prefix=f"/kilorl/store/{name}/")
 
 
 def _run_dir(args: argparse.Namespace) -> Path:
@@ -121,7 +125,7 @@ def _forward(args: argparse.Namespace) -> list[str]:
         value = getattr(args, name)
         if value is not None:
             out += [f"--{name.replace('_', '-')}", str(value)]
-    for name in ("join", "metastore", "cluster_name", "member_id", "lease_ttl", "fanout", "inject_leak",
+    for name in ("join", "metastore", "cluster_name", "member_id", "lease_ttl", "fanout", "get_timeout", "inject_leak",
                  "inject_leak_after"):
         value = getattr(args, name)
         if value is not None:
