@@ -1,4 +1,6 @@
-"""``kilorl store start|stop|status``: run and inspect a data-system worker.
+"""``kilorl store start|stop|status|ls|get|versions``: run and inspect a data-system worker.
+
+``ls``, ``get`` and ``versions`` look inside a worker (``kilorl.cli.store_inspect``).
 
 ``start`` daemonizes by default (the worker re-runs itself with ``--foreground`` in a
 new session, logging to ``<run-dir>/worker.log``) and returns once the worker serves.
@@ -17,7 +19,9 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="store_command", metavar="{start,stop,status}")
+    from kilorl.cli import store_inspect
+
+    sub = parser.add_subparsers(dest="store_command", metavar="{start,stop,status,ls,get,versions}")
     start = sub.add_parser("start", help="start a worker")
     start.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default)")
     start.add_argument("--port", type=int, default=31501, help="TCP port (0 = any free port)")
@@ -74,6 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             p.add_argument("--timeout", type=float, default=60.0)
         else:
             p.add_argument("--json", action="store_true", help="print raw JSON")
+    store_inspect.add_commands(sub)
 
 
 def _config(args: argparse.Namespace):
@@ -297,5 +302,9 @@ def run(args: argparse.Namespace) -> int:
         return _stop(args)
     if command == "status":
         return _status(args)
-    print("usage: kilorl store {start,stop,status} ...", file=sys.stderr)
+    if command in ("ls", "get", "versions"):
+        from kilorl.cli import store_inspect
+
+        return store_inspect.run(args)
+    print("usage: kilorl store {start,stop,status,ls,get,versions} ...", file=sys.stderr)
     return 2

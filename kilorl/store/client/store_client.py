@@ -371,9 +371,16 @@ class StoreClient:
 
     def keys(self, prefix: str = "", local_only: bool = False) -> list[str]:
         """Keys starting with ``prefix``, sorted; on a mesh every worker's keys once each
-        (``local_only``: just the keys whose bytes this worker holds)."""
+        (``local_only``: just the keys whose bytes this worker holds). Versioned objects
+        (``publish``) are not keys: ``version_list`` lists their names and versions."""
         header = {"op": "keys", "prefix": prefix, "local_only": local_only}
         return self._retrying(lambda: self._call(dict(header)))[0]["keys"]
+
+    def version_list(self, prefix: str = "") -> dict[str, list[dict[str, Any]]]:
+        """Versioned names starting with ``prefix`` whose versions this worker holds:
+        name -> ``[{"version", "tier", "size"}, ...]``, oldest first (on a mesh, ask each
+        member: a version's bytes live where it was published or read)."""
+        return self._retrying(lambda: self._call({"op": "version_list", "prefix": prefix}))[0]["names"]
 
     def pin(self, key: str, on: bool = True) -> None:
         """Keeps an object in its current tier (no demotion, no eviction) until unpinned."""
