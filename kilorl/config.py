@@ -103,6 +103,11 @@ class RoleResources(_Section):
     """CPU cores per instance."""
     memory_gb: float = Field(default=1.0, ge=0)
     """Host memory per instance, GiB."""
+    nodes: list[str] = Field(default_factory=list)
+    """Node labels every instance's node must have (all of them): ``key=value`` (the Ray node
+    label ``key`` has that value) or ``key`` (the node has the label at all), e.g.
+    ``[zone=us-east-1a]`` or ``[ray.io/accelerator-type=H100]``. Empty: any node. A label no
+    node has is a start-up error naming the role and the label."""
 
 
 class ResourcesConfig(_Section):

@@ -30,6 +30,12 @@ class StoreSection(Section):
     """Parameter versions each worker keeps per shard (older ones are reclaimed once no
     reader holds them: an actor's model holds the version it runs on, whose bytes it shares
     with the worker); at least ``train.pipeline_depth + 2`` is a sensible floor."""
+    reconnect_timeout_s: float = Field(default=60.0, gt=0)
+    """Seconds the run rides out a store worker that died and is being restarted (its
+    owner restarts it on the same port): a role's client keeps reconnecting, with backoff,
+    and a worker's read from another node keeps trying the holder, this long before the
+    error reaches the run. Generous by default, since a restart on a loaded machine takes
+    seconds; lower it only to fail fast where workers are never restarted."""
     transport: Literal["ray", "store"] = "ray"
     """How rollouts travel actor -> learner. ``ray``: returned through Ray's object store.
     ``store``: written as one object on the actor's node worker; the learner reads it

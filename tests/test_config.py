@@ -143,6 +143,12 @@ def test_pipeline_depth_has_no_artificial_maximum_but_must_be_non_negative():
         config_from_dict({"env": {"id": "CartPole-v1"}, "train": {"pipeline_depth": -1}})
 
 
+def test_the_store_reconnect_deadline_is_generous_by_default_and_must_be_positive():
+    assert config_from_dict({"env": {"id": "CartPole-v1"}}).store.reconnect_timeout_s == 60.0
+    with pytest.raises(ConfigError, match=r"store\.reconnect_timeout_s: .*greater than 0"):
+        config_from_dict({"env": {"id": "CartPole-v1"}, "store": {"reconnect_timeout_s": 0}})
+
+
 def test_moved_field_names_its_new_place():
     with pytest.raises(ConfigError, match=r"parallelism\.pipeline_depth: moved to train\.pipeline_depth"):
         config_from_dict({"env": {"id": "CartPole-v1"}, "parallelism": {"pipeline_depth": 1}})

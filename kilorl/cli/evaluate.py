@@ -9,6 +9,9 @@ import sys
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", metavar="RUN_DIR|CHECKPOINT")
+    p.add_argument("--checkpoint", metavar="best|latest|step_N",
+                   help="which checkpoint of RUN_DIR: the best evaluated (evaluation.keep_best), the newest, or the "
+                        "one at N env steps (default: best when the run kept one, else latest)")
     p.add_argument("--episodes", type=int, default=20)
     p.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the mode")
     p.add_argument("--seed", type=int, default=1_000_000, help="seed of the first episode (others follow)")
@@ -22,8 +25,9 @@ def run(args: argparse.Namespace) -> int:
         print("error: --episodes must be >= 1", file=sys.stderr)
         return 2
     try:
-        res = evaluate(args.path, args.episodes, deterministic=not args.stochastic, seed=args.seed)
-    except FileNotFoundError as err:
+        res = evaluate(args.path, args.episodes, deterministic=not args.stochastic, seed=args.seed,
+                       checkpoint=args.checkpoint)
+    except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.json:

@@ -74,7 +74,11 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, TopologyError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    requests = requests_from_config(cfg)
+    try:
+        requests = requests_from_config(cfg, topo)  # resources.<role>.nodes: labels of the topology's nodes
+    except PlacementError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     state = CapacityState(topo)
     policies = [args.policy] + ([p for p in POLICIES if p != args.policy] if args.compare else [])
     results: dict[str, Any] = {}

@@ -1,4 +1,6 @@
-"""``kilorl store start|stop|status``: run and inspect a data-system worker.
+"""``kilorl store start|stop|status|ls|get|versions``: run and inspect a data-system worker.
+
+``ls``, ``get`` and ``versions`` look inside a worker (``kilorl.cli.store_inspect``).
 
 ``start`` daemonizes by default (the worker re-runs itself with ``--foreground`` in a
 new session, logging to ``<run-dir>/worker.log``) and returns once the worker serves.
@@ -17,7 +19,9 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="store_command", metavar="{start,stop,status}")
+    from kilorl.cli import store_inspect
+
+    sub = parser.add_subparsers(dest="store_command", metavar="{start,stop,status,ls,get,versions}")
     start = sub.add_parser("start", help="start a worker")
     start.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default)")
     start.add_argument("--port", type=int, default=31501, help="TCP port (0 = any free port)")
@@ -54,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cl.add_argument("--member-id", help="member id in the ring (default HOST:PORT)")
     cl.add_argument("--lease-ttl", type=float, default=3.0, help="seconds without heartbeat before a worker is dead")
     cl.add_argument("--fanout", type=int, default=2, help="copies a holder serves before readers relay")
+    cl.add_argument("--get-timeout", type=float, default=15.0, metavar="S",
+                    help="seconds a remote read keeps trying an unreachable holder (e.g. one restarting) "
+                         "before ObjectLost; a run passes store.reconnect_timeout_s")
     start.add_argument("--foreground", action="store_true", help="run in this process instead of daemonizing")
     start.add_argument("--inject-leak", type=float, metavar="BYTES_PER_S",
                        help="fault injection for drills: the worker leaks this much resident memory per second")
@@ -71,6 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             p.add_argument("--timeout", type=float, default=60.0)
         else:
             p.add_argument("--json", action="store_true", help="print raw JSON")
+    store_inspect.add_commands(sub)
 
 
 def _config(args: argparse.Namespace):
@@ -103,7 +111,8 @@ def _cluster_config(args: argparse.Namespace):
     if not name.replace("-", "").replace("_", "").isalnum():
         raise ConfigError(f"cluster_name: use letters, digits, '-' and '_', got {name!r}")
     return MeshConfig(head=args.head, join=args.join, metastore=args.metastore, member_id=args.member_id,
-                      lease_ttl=args.lease_ttl, fanout=args.fanout, prefix=f"/kilorl/store/{name}/")
+                      lease_ttl=args.lease_ttl, fanout=args.fanout, get_timeout=args.get_timeout,
+                      prefix=f"/kilorl/store/{name}/")
 
 
 def _run_dir(args: argparse.Namespace) -> Path:
@@ -121,7 +130,7 @@ def _forward(args: argparse.Namespace) -> list[str]:
         value = getattr(args, name)
         if value is not None:
             out += [f"--{name.replace('_', '-')}", str(value)]
-    for name in ("join", "metastore", "cluster_name", "member_id", "lease_ttl", "fanout", "inject_leak",
+    for name in ("join", "metastore", "cluster_name", "member_id", "lease_ttl", "fanout", "get_timeout", "inject_leak",
                  "inject_leak_after"):
         value = getattr(args, name)
         if value is not None:
@@ -293,5 +302,9 @@ def run(args: argparse.Namespace) -> int:
         return _stop(args)
     if command == "status":
         return _status(args)
-    print("usage: kilorl store {start,stop,status} ...", file=sys.stderr)
+    if command in ("ls", "get", "versions"):
+        from kilorl.cli import store_inspect
+
+        return store_inspect.run(args)
+    print("usage: kilorl store {start,stop,status,ls,get,versions} ...", file=sys.stderr)
     return 2

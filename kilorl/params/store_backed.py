@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from kilorl.params.copy_in import CopyIn
 from kilorl.params.layout import FlatLayout, LayoutError, ReaderLayout
-from kilorl.params.reconnect import ParametersLost, publish_once, with_reconnect
+from kilorl.params.reconnect import RECONNECT_TIMEOUT_S, ParametersLost, publish_once, with_reconnect
 from kilorl.params.store_reads import (
     CachedPlan,
     Prefetched,
@@ -47,7 +47,7 @@ from kilorl.params.store_reads import (
     reader_layout,
     shard_key,
 )
-from kilorl.store.errors import BatchAborted, InvalidRequest, VersionGone
+from kilorl.store.errors import BatchAborted, InvalidRequest, VersionGone, WorkerUnreachable
 
 if TYPE_CHECKING:
     import torch
@@ -63,11 +63,16 @@ class StoreParameterStore:
 
     ``connect`` makes a client to this process's node worker; ``num_shards`` is how many
     pieces a publish cuts the parameters into (``parallelism.parameter_server``); the ring
-    spreads the shard keys over the workers.
+    spreads the shard keys over the workers. ``reconnect_timeout_s`` (``store.reconnect_timeout_s``)
+    is how long an operation rides out a lost worker (``kilorl.params.reconnect``).
     """
 
     def __init__(self, connect: ClientFactory, num_shards: int = 1, write_mode: Any = None, retries: int = 3,
-                 replicas: Sequence[ClientFactory] = (), max_gap: int = 0) -> None:
+                 replicas: Sequence[ClientFactory] = (), max_gap: int = 0,
+                 reconnect_timeout_s: float = RECONNECT_TIMEOUT_S) -> None:
+        if not reconnect_timeout_s > 0:
+            raise ValueError(f"reconnect_timeout_s must be > 0, got {reconnect_timeout_s}")
+        self.reconnect_timeout_s = reconnect_timeout_s
         if num_shards < 1:
             raise ValueError(f"num_shards must be >= 1, got {num_shards}")
         if max_gap < 0:
@@ -101,8 +106,16 @@ class StoreParameterStore:
     def client(self) -> Any:
         c = getattr(self._local, "client", None)
         if c is None:
-            c = self._local.client = self._connect()
+            c = self._local.client = self._configured(self._connect())
         return c
+
+    def _configured(self, client: Any) -> Any:
+        """A client that reconnects until our deadline and then lets us repeat the operation
+        (``Reconnected``): a wait must not be repeated on a worker that came back empty."""
+        if hasattr(client, "replay"):
+            client.replay = False
+            client.reconnect_timeout = self.reconnect_timeout_s
+        return client
 
     def _reads(self) -> VersionReads:
         r = getattr(self._local, "reads", None)
@@ -115,7 +128,7 @@ class StoreParameterStore:
         if ws is None:
             own = self.client
             others = [make for make in self.replicas if getattr(make, "address", None) != own.address]
-            ws = self._local.writers = [own, *(make() for make in others)]
+            ws = self._local.writers = [own, *(self._configured(make()) for make in others)]
         return ws
 
     def close(self) -> None:
@@ -129,7 +142,7 @@ class StoreParameterStore:
         self._local = threading.local()
 
     def _retry(self, fn: Callable[[], Any]) -> Any:
-        return with_reconnect(fn, self.close)
+        return with_reconnect(fn, self.close, self.reconnect_timeout_s)
 
     # -- writer ----------------------------------------------------------------------
     def publish(self, name: str, version: int, tensors: Mapping[str, Any]) -> None:
@@ -172,6 +185,8 @@ class StoreParameterStore:
         layout, that version or None) is served from them without another request."""
         try:
             return self._wait_once(name, min_version, timeout)
+        except WorkerUnreachable:
+            raise  # the client already waited out store.reconnect_timeout_s
         except ConnectionError:
             if self.latest_version(name) is None:  # reconnects; a restarted, non-durable worker
                 raise ParametersLost(f"{name}: the store worker restarted without the parameters") from None
@@ -227,8 +242,8 @@ class StoreParameterStore:
                 if len(layouts) >= 64:
                     layouts.clear()
                 reader = layouts[names] = reader_layout(names)
-            return self._read(name, version, reader, out, own_layout=True)[0]
-        return self._read(name, version, layout, out)[0]
+            return self._retry(lambda: self._read(name, version, reader, out, own_layout=True))[0]
+        return self._retry(lambda: self._read(name, version, layout, out))[0]
 
     def _take_prefetched(self, name: str, key: tuple, version: int | None) -> Prefetched | None:
         got = getattr(self._local, "prefetched", None)

@@ -1,10 +1,13 @@
 """Turn a ``Placement`` into Ray placement groups pinned to the planned nodes.
 
-Each topology node is named to Ray by a custom resource, ``kilorl_node_<name>``, that its
-raylet declares (``ray start --resources '{"kilorl_node_h100-0000": 1000}'``; see
-``ray_node_resources``). Every instance becomes one bundle holding its CPU, GPU share and
-memory plus a sliver of its node's resource, so Ray can put the bundle on that node only.
-One placement group per role; groups are created all together or not at all.
+A bundle is pinned to its planned node in one of two ways. On any Ray cluster, by a label
+selector on the node's ``ray.io/node-id`` label, which Ray gives every node
+(``create_label_pinned_groups``). Where the user's raylets declare a custom resource
+``kilorl_node_<name>`` (``ray start --resources '{"kilorl_node_h100-0000": 1000}'``; see
+``ray_node_resources``), the nodes keep those names and each bundle takes a sliver of its
+node's resource (``create_placement_groups``). Every instance becomes one bundle holding its
+CPU, GPU share and memory. One placement group per role; groups are created all together
+or not at all.
 
 Ray picks the device inside a node itself; the planned device indices are advisory.
 """
@@ -94,6 +97,36 @@ def create_placement_groups(placement: Placement, *, timeout_s: float = 60.0, na
         for role, spec in specs.items():
             groups[role] = placement_group(spec.bundles, strategy=spec.strategy, name=f"{name_prefix}-{role}")
         ready, pending = ray.wait([g.ready() for g in groups.values()], num_returns=len(groups), timeout=timeout_s)
+        if pending:
+            raise RayPlacementError(f"{len(pending)} placement group(s) not ready after {timeout_s:g}s")
+    except BaseException:
+        for g in groups.values():
+            remove_placement_group(g)
+        raise
+    return groups
+
+
+NODE_ID_LABEL = "ray.io/node-id"
+"""The label Ray gives every node: its node id (the label selector that pins a bundle to a node)."""
+
+
+def create_label_pinned_groups(placement: Placement, node_ids: dict[str, str], *, timeout_s: float = 60.0,
+                               name_prefix: str = "kilorl") -> dict[str, Any]:
+    """Reserve every role's bundles on its planned nodes on any Ray cluster: each bundle carries
+    a label selector on the node's ``ray.io/node-id``, so no raylet needs a custom resource.
+    ``node_ids``: topology node name -> Ray node id. Returns ``role -> PlacementGroup``; on
+    failure removes what it created and raises ``RayPlacementError``."""
+    import ray
+    from ray.util import placement_group, remove_placement_group
+
+    groups: dict[str, Any] = {}
+    try:
+        for role, spec in placement_group_specs(placement).items():
+            bundles = [{k: v for k, v in b.items() if not k.startswith(NODE_RESOURCE_PREFIX)} for b in spec.bundles]
+            selectors = [{NODE_ID_LABEL: node_ids[n]} for n in spec.nodes]
+            groups[role] = placement_group(bundles, strategy=spec.strategy, name=f"{name_prefix}-{role}",
+                                           bundle_label_selector=selectors)
+        _, pending = ray.wait([g.ready() for g in groups.values()], num_returns=len(groups), timeout=timeout_s)
         if pending:
             raise RayPlacementError(f"{len(pending)} placement group(s) not ready after {timeout_s:g}s")
     except BaseException:

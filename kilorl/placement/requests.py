@@ -84,6 +84,9 @@ class GangRequest:
     affinities: tuple[Affinity, ...] = field(default_factory=tuple)
     collective: bool = False
     """The instances all-reduce with each other (the learner group): scored for it."""
+    only_nodes: frozenset[str] | None = None
+    """Names of the nodes the instances may use (None: any), e.g. those with the labels a
+    role asks for."""
 
     def __post_init__(self) -> None:
         if self.count < 1:

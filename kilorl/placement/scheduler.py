@@ -226,6 +226,8 @@ def _place_gang(state: CapacityState, req: GangRequest, policy: str, placed: dic
                 cache: FragScorer | None) -> list[Allocation]:
     d = req.demand
     allowed = np.ones(len(state.cpu_free), dtype=bool)
+    if req.only_nodes is not None:
+        allowed &= np.array([n.name in req.only_nodes for n in state.topology.nodes], dtype=bool)
     pref = None
     near = req.affinity("near_role")
     if near:

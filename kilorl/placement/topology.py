@@ -62,6 +62,9 @@ class Node:
     """Unit that fails together (rack, power domain); defaults to the leaf switch."""
     numa_domains: int = 1
     """Number of NUMA domains."""
+    labels: tuple[tuple[str, str], ...] = ()
+    """``(key, value)`` labels of the node (a Ray cluster's node labels, ``ray.io/node-id``
+    among them); roles may be restricted to nodes with some (``resources.<role>.nodes``)."""
 
     def gpu_link(self, a: int, b: int) -> LinkClass:
         """Link class between GPU ``a`` and GPU ``b`` of this node."""

@@ -16,11 +16,13 @@ from kilorl.store.errors import (
     KeyNotFound,
     ObjectLost,
     ProtocolError,
+    Reconnected,
     StoreError,
     StoreFullError,
     StoreTimeout,
     VersionGone,
     WorkerLeaving,
+    WorkerUnreachable,
 )
 
 _LAZY = {
@@ -42,4 +44,4 @@ def __getattr__(name: str) -> Any:
 
 __all__ = ["StoreClient", "WriteMode", "WorkerConfig", "DsClient", "StoreError", "KeyNotFound", "StoreFullError",
            "InvalidRequest", "AuthError", "ConnectionLost", "ProtocolError", "StoreTimeout", "VersionGone",
-           "ConfigError", "ObjectLost", "WorkerLeaving"]
+           "ConfigError", "ObjectLost", "WorkerLeaving", "WorkerUnreachable", "Reconnected"]

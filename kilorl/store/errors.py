@@ -67,6 +67,21 @@ class ConnectionLost(StoreError, ConnectionError):
     code = "connection_lost"
 
 
+class WorkerUnreachable(ConnectionLost):
+    """The connection broke and no worker (this one again, or another member of its cluster)
+    could be reached within the client's ``reconnect_timeout``: the client gave up."""
+
+    code = "unreachable"
+
+
+class Reconnected(ConnectionLost):
+    """The connection broke and was made again, but the operation was not repeated
+    (``StoreClient(replay=False)``): the caller decides whether it still makes sense (the
+    worker may have restarted with empty memory)."""
+
+    code = "reconnected"
+
+
 class ConfigError(StoreError, ValueError):
     """A worker or client setting is invalid; the message names the field."""
 

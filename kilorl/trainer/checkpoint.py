@@ -89,6 +89,29 @@ def resolve_checkpoint(path: Path) -> Path:
     return ckpt
 
 
+def select_checkpoint(run_dir: Path, which: str) -> Path:
+    """One checkpoint of a run by name: ``best`` (``evaluation.keep_best``), ``latest``, or
+    ``step_N`` (the one written at ``N`` env steps). ``FileNotFoundError`` says what the run has."""
+    run_dir = Path(run_dir)
+    if which == BEST:
+        found = best_checkpoint(run_dir)
+        why = "no best checkpoint (the run needs evaluation.keep_best: true and evaluation.every_env_steps)"
+    elif which == "latest":
+        found, why = latest_checkpoint(run_dir), "no checkpoint"
+    elif which.startswith(PREFIX) and which[len(PREFIX):].isdigit():
+        path = run_dir / "checkpoints" / f"{PREFIX}{int(which[len(PREFIX):]):012d}"
+        found, why = (path if (path / "meta.json").is_file() else None), f"no checkpoint at {which[len(PREFIX):]} env steps"
+    else:
+        raise ValueError(f"--checkpoint {which!r}: expected best, latest or step_N (N env steps)")
+    if found is None:
+        root = run_dir / "checkpoints"
+        have = sorted(int(p.name.removeprefix(PREFIX)) for p in root.iterdir()
+                      if p.name.startswith(PREFIX) and (p / "meta.json").is_file()) if root.is_dir() else []
+        steps = ", ".join(f"{PREFIX}{n}" for n in have) or "none"
+        raise FileNotFoundError(f"{run_dir}: {why}; its step checkpoints: {steps}")
+    return found
+
+
 def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """Return ``(learner_state, meta)`` as saved by ``save_checkpoint``."""
     from safetensors.torch import load_file

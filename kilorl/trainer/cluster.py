@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kilorl.config import Config
+from kilorl.trainer.ray_auth import use_token_auth
 
 ROLE_MODULES = ("kilorl.roles.prestart",)
 """What an embedded Ray's prestarted workers import before they take work (Ray's
@@ -188,6 +189,7 @@ class Cluster:
             self._check_expectations()
             return False
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
+        use_token_auth(embedded=self.address is None)  # Ray's default, without its warning (ray_auth.py)
         if self.address is None:
             # "local" always starts a private instance; without it Ray joins whatever
             # `ray start` cluster last ran on this machine. Logical CPUs: every role must
@@ -298,6 +300,7 @@ def _attached_topology(address: str | None) -> Any:
 
     started = not ray.is_initialized()
     if started:
+        use_token_auth(embedded=address in (None, "local"))
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
     try:
         alive = [n for n in ray.nodes() if n.get("Alive")]

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from kilorl.config import config_from_dict
-from kilorl.trainer.checkpoint import load_checkpoint, resolve_checkpoint
+from kilorl.trainer.checkpoint import load_checkpoint, resolve_checkpoint, select_checkpoint
 
 
 @dataclass
@@ -21,11 +21,15 @@ class EvalResult:
     env_steps: int
 
 
-def evaluate(path: str | Path, episodes: int = 20, deterministic: bool = True, seed: int = 1_000_000) -> EvalResult:
-    """Mean/std return of ``episodes`` full episodes, each from its own seed."""
+def evaluate(path: str | Path, episodes: int = 20, deterministic: bool = True, seed: int = 1_000_000,
+             checkpoint: str | None = None) -> EvalResult:
+    """Mean/std return of ``episodes`` full episodes, each from its own seed.
+
+    ``path``: a checkpoint, or a run directory; of a run, ``checkpoint`` (``best``, ``latest``,
+    ``step_N``) or else its best checkpoint when it kept one, its newest otherwise."""
     from kilorl.roles.evaluation import EpisodeRunner
 
-    ckpt = resolve_checkpoint(Path(path))
+    ckpt = select_checkpoint(Path(path), checkpoint) if checkpoint else resolve_checkpoint(Path(path))
     state, meta = load_checkpoint(ckpt)
     runner = EpisodeRunner(config_from_dict(meta["config"]))
     try:

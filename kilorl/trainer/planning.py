@@ -12,8 +12,11 @@ from kilorl.config import Config
 ROLES = ("learner", "parameter_server", "actor")
 
 
-def requests_from_config(cfg: Config) -> list[Any]:
-    """Gang requests of the three roles: learners in one island, servers near them, actors anywhere."""
+def requests_from_config(cfg: Config, topology: Any = None) -> list[Any]:
+    """Gang requests of the three roles: learners in one island, servers near them, actors anywhere.
+
+    With ``topology``, a role's ``resources.<role>.nodes`` labels restrict it to the nodes that
+    have them all (``PlacementError`` naming the role and the label when no node has one)."""
     from kilorl.placement import Affinity, Demand, GangRequest
 
     par, res = cfg.parallelism, cfg.resources
@@ -21,16 +24,44 @@ def requests_from_config(cfg: Config) -> list[Any]:
     def demand(r: Any) -> Any:
         return Demand.of(r.gpus, r.cpus, r.memory_gb)
 
+    def only(role: str) -> frozenset[str] | None:
+        return nodes_with_labels(role, getattr(res, role).nodes, topology)
+
     return [
-        GangRequest("learner", par.learner, demand(res.learner), (Affinity("same_island"),), collective=True),
+        GangRequest("learner", par.learner, demand(res.learner), (Affinity("same_island"),), collective=True,
+                    only_nodes=only("learner")),
         GangRequest("parameter_server", par.parameter_server, demand(res.parameter_server),
-                    (Affinity("near_role", role="learner"),)),
-        GangRequest("actor", par.actor, demand(res.actor)),
+                    (Affinity("near_role", role="learner"),), only_nodes=only("parameter_server")),
+        GangRequest("actor", par.actor, demand(res.actor), only_nodes=only("actor")),
     ]
+
+
+def nodes_with_labels(role: str, labels: list[str], topology: Any) -> frozenset[str] | None:
+    """Names of ``topology``'s nodes that carry every label of ``labels`` (None: no constraint).
+
+    A label is ``key=value`` or a bare ``key`` (any value)."""
+    if not labels or topology is None:
+        return None
+    from kilorl.placement import PlacementError
+
+    def has(node: Any, label: str) -> bool:
+        key, sep, value = label.partition("=")
+        own = dict(node.labels)
+        return key in own and (not sep or own[key] == value)
+
+    for label in labels:
+        if not any(has(n, label) for n in topology.nodes):
+            seen = sorted({f"{k}={v}" for n in topology.nodes for k, v in n.labels if not k.startswith("ray.io/node-id")})
+            raise PlacementError(role, f"no node has the label {label!r} (resources.{role}.nodes); "
+                                       f"the nodes' labels: {', '.join(seen[:12]) or 'none'}")
+    fit = frozenset(n.name for n in topology.nodes if all(has(n, label) for label in labels))
+    if not fit:
+        raise PlacementError(role, f"no node has all of the labels {labels} (resources.{role}.nodes)")
+    return fit
 
 
 def plan(cfg: Config, topology: Any, policy: str = "binpack-topo", gradient_bytes: float = 400e6) -> Any:
     """Place the config's roles on ``topology``; raises ``PlacementError`` when they do not fit."""
     from kilorl.placement import CapacityState, place
 
-    return place(CapacityState(topology), requests_from_config(cfg), policy, gradient_bytes=gradient_bytes)
+    return place(CapacityState(topology), requests_from_config(cfg, topology), policy, gradient_bytes=gradient_bytes)

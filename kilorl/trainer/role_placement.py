@@ -1,10 +1,11 @@
 """The run's roles placed by the scheduler: the plan ``kilorl plan`` prints, reserved in Ray.
 
-The topology is read from the connected Ray cluster (its real CPUs, GPUs and memory), the
+The topology is read from the connected Ray cluster (its real CPUs, GPUs, memory, labels), the
 gangs come from ``cfg.resources`` and ``cfg.parallelism`` through
 ``kilorl.trainer.planning.plan`` (the function ``kilorl plan`` and ``Cluster.plan`` use), and
 the learners' and actors' bundles are reserved as Ray placement groups pinned to the planned
-nodes (``kilorl.placement.ray_placement``). Parameter-server shards are planned (they take
+nodes (``kilorl.placement.ray_placement``: by Ray's ``ray.io/node-id`` label, so any cluster
+started with plain ``ray start`` works). Parameter-server shards are planned (they take
 room near the learners) but live in the store workers, one per node, so they get no group.
 
 One deviation from the dry run: a learner on ``train.device: cpu`` reserves no GPU (it would
@@ -47,16 +48,18 @@ def local_needs(cfg: Config) -> tuple[float, float]:
 
 
 def ray_topology() -> Any:
-    """The connected Ray cluster's live nodes as the scheduler's topology.
+    """The connected Ray cluster's live nodes as the scheduler's topology: what Ray reports
+    of each (node id, CPUs, GPUs and their model, memory, labels); no custom resource needed.
 
-    A node that declares ``kilorl_node_<name>`` (``ray_node_resources``) is called ``<name>``.
-    When some nodes declare one, only those take roles (a head node without one is left out);
-    when none does, every node is named by its Ray node id.
+    A node is called ``ray-<first 12 hex digits of its node id>``, or ``<name>`` where its
+    raylet declares ``kilorl_node_<name>`` (``ray_node_resources``); when some nodes declare
+    one, only those take roles (a head node without one is left out). Every node keeps its
+    Ray labels, ``ray.io/node-id`` among them, which pins the roles' bundles to it.
     """
     import ray
 
     from kilorl.placement import Gpu, Node, Topology
-    from kilorl.placement.ray_placement import NODE_RESOURCE_PREFIX
+    from kilorl.placement.ray_placement import NODE_ID_LABEL, NODE_RESOURCE_PREFIX
 
     alive = [info for info in ray.nodes() if info.get("Alive")]
     named = [info for info in alive if any(k.startswith(NODE_RESOURCE_PREFIX) for k in info.get("Resources", {}))]
@@ -67,8 +70,17 @@ def ray_topology() -> Any:
         name = declared[0] if declared else f"ray-{info['NodeID'][:12]}"
         model = next((k.split(":", 1)[1] for k in res if k.startswith("accelerator_type:")), "GPU")
         gpus = tuple(Gpu(g, model, 0.0, island=0) for g in range(int(res.get("GPU", 0))))
-        nodes.append(Node(name, float(res.get("CPU", 0)), res.get("memory", 0) / 2**30, gpus, (), "leaf-0", "leaf-0"))
+        labels = {**(info.get("Labels") or {}), NODE_ID_LABEL: info["NodeID"]}
+        nodes.append(Node(name, float(res.get("CPU", 0)), res.get("memory", 0) / 2**30, gpus, (), "leaf-0", "leaf-0",
+                          labels=tuple(sorted(labels.items()))))
     return Topology("ray:attached", tuple(nodes))
+
+
+def topology_node_ids(topology: Any) -> dict[str, str]:
+    """Topology node name -> Ray node id (the ``ray.io/node-id`` label ``ray_topology`` keeps)."""
+    from kilorl.placement.ray_placement import NODE_ID_LABEL
+
+    return {n.name: dict(n.labels)[NODE_ID_LABEL] for n in topology.nodes}
 
 
 @dataclass
@@ -134,45 +146,24 @@ def reserve(cfg: Config, *, timeout_s: float = READY_TIMEOUT_S) -> RolePlacement
 
 
 def _create_groups(placement: Any, topology: Any, timeout_s: float) -> dict[str, Any]:
-    """Pinned groups when every node declares its node resource; a single plain node needs no pin."""
+    """Groups pinned by the nodes' ``kilorl_node_*`` resources where every node declares one,
+    else by their ``ray.io/node-id`` labels (any Ray cluster)."""
     import ray
 
-    from kilorl.placement.ray_placement import RayPlacementError, create_placement_groups, node_resource
+    from kilorl.placement.ray_placement import (
+        RayPlacementError,
+        create_label_pinned_groups,
+        create_placement_groups,
+        node_resource,
+    )
 
     declared = {k for info in ray.nodes() if info.get("Alive") for k in info.get("Resources", {})}
-    undeclared = [n.name for n in topology.nodes if node_resource(n.name) not in declared]
     try:
-        if not undeclared:
+        if all(node_resource(n.name) in declared for n in topology.nodes):
             return create_placement_groups(placement, timeout_s=timeout_s)
-        if len(topology.nodes) == 1:
-            return _unpinned_groups(placement, timeout_s)
+        return create_label_pinned_groups(placement, topology_node_ids(topology), timeout_s=timeout_s)
     except RayPlacementError as err:
         raise RolePlacementError(f"Ray could not reserve the planned roles: {err}") from err
-    raise RolePlacementError(f"Ray nodes {', '.join(undeclared[:4])} declare no kilorl node resource, so the "
-                             "planned roles cannot be pinned to them; start each raylet with "
-                             "--resources from kilorl.placement.ray_placement.ray_node_resources()")
-
-
-def _unpinned_groups(placement: Any, timeout_s: float) -> dict[str, Any]:
-    """One node without a node resource: the same bundles, which can only land on it."""
-    import ray
-    from ray.util import placement_group, remove_placement_group
-
-    from kilorl.placement.ray_placement import NODE_RESOURCE_PREFIX, placement_group_specs
-
-    groups: dict[str, Any] = {}
-    try:
-        for role, spec in placement_group_specs(placement).items():
-            bundles = [{k: v for k, v in b.items() if not k.startswith(NODE_RESOURCE_PREFIX)} for b in spec.bundles]
-            groups[role] = placement_group(bundles, strategy="PACK", name=f"kilorl-{role}")
-        _, pending = ray.wait([g.ready() for g in groups.values()], num_returns=len(groups), timeout=timeout_s)
-        if pending:
-            raise RolePlacementError(f"Ray could not reserve {len(pending)} planned role group(s) in {timeout_s:g}s")
-    except BaseException:
-        for g in groups.values():
-            remove_placement_group(g)
-        raise
-    return groups
 
 
 @dataclass

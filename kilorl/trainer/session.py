@@ -204,7 +204,7 @@ class RoleSession:
             return StoreFleet.external(st.address, st.token)
         # Not waited for here: the roles start alongside the workers (see _start's waits).
         return StoreFleet.start(st.shm_size, st.keep_versions, l2_dir=self.l2_dir, wait=False,
-                                extra=self._store_leaks())
+                                extra=self._store_leaks(), reconnect_timeout_s=st.reconnect_timeout_s)
 
     def _store_leaks(self) -> dict[int, list[str]]:
         return store_leaks(self.cfg)
@@ -255,7 +255,8 @@ def start_local_store(cfg: Config, l2_dir: str | None) -> StoreFleet:
     """This machine's store worker, started now (it serves once Ray names the driver's node)."""
     from kilorl.trainer.store_fleet import StoreFleet
 
-    return StoreFleet.start_local(cfg.store.shm_size, cfg.store.keep_versions, l2_dir=l2_dir, extra=store_leaks(cfg))
+    return StoreFleet.start_local(cfg.store.shm_size, cfg.store.keep_versions, l2_dir=l2_dir, extra=store_leaks(cfg),
+                                  reconnect_timeout_s=cfg.store.reconnect_timeout_s)
 
 
 def store_leaks(cfg: Config) -> dict[int, list[str]]:
@@ -276,7 +277,8 @@ def parameter_store(cfg: Config, fleet: StoreFleet) -> Any:
     from kilorl.store import WriteMode
 
     mode = WriteMode.WRITE_THROUGH_L2 if cfg.sync.durable else None
-    return StoreParameterStore(fleet.connector, cfg.parallelism.parameter_server, write_mode=mode)
+    return StoreParameterStore(fleet.connector, cfg.parallelism.parameter_server, write_mode=mode,
+                               reconnect_timeout_s=cfg.store.reconnect_timeout_s)
 
 
 def _cause(err: BaseException) -> str:

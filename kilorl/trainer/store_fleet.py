@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kilorl.roles.store_node import NodeConnector, WorkerProcess, token_from_env
+from kilorl.store.client.reconnect import RECONNECT_TIMEOUT_S
 
 
 @dataclass
@@ -40,12 +41,15 @@ class StoreFleet:
 
     @classmethod
     def start_local(cls, shm_size: str, keep_versions: int, l2_dir: str | None = None,
-                    extra: dict[int, list[str]] | None = None) -> StoreFleet:
+                    extra: dict[int, list[str]] | None = None,
+                    reconnect_timeout_s: float = RECONNECT_TIMEOUT_S) -> StoreFleet:
         """Start this machine's worker now (loopback), before Ray; ``attach`` names its node.
-        ``extra``: further worker options per store rank (this worker is rank 0)."""
+        ``extra``: further worker options per store rank (this worker is rank 0);
+        ``reconnect_timeout_s``: ``store.reconnect_timeout_s`` (``worker_options``)."""
         token = secrets.token_hex(16)
         worker = WorkerProcess("127.0.0.1", token, shm_size, keep_versions, None, f"run-{secrets.token_hex(4)}",
-                               l2_dir=None if l2_dir is None else f"{l2_dir}/local", extra=(extra or {}).get(0))
+                               l2_dir=None if l2_dir is None else f"{l2_dir}/local",
+                               extra=worker_options(reconnect_timeout_s, (extra or {}).get(0)))
         return cls(NodeConnector({}, "", token), local=worker)
 
     def attach(self, node_id: str) -> None:
@@ -56,9 +60,11 @@ class StoreFleet:
 
     @classmethod
     def start(cls, shm_size: str, keep_versions: int, nodes: list[str] | None = None,
-              l2_dir: str | None = None, wait: bool = True, extra: dict[int, list[str]] | None = None) -> StoreFleet:
+              l2_dir: str | None = None, wait: bool = True, extra: dict[int, list[str]] | None = None,
+              reconnect_timeout_s: float = RECONNECT_TIMEOUT_S) -> StoreFleet:
         """One worker per live Ray node (or per id in ``nodes``), the first as the mesh head.
-        ``extra``: further worker options per store rank (the order of ``workers()``).
+        ``extra``: further worker options per store rank (the order of ``workers()``);
+        ``reconnect_timeout_s``: ``store.reconnect_timeout_s`` (``worker_options``).
 
         With ``wait=False`` the workers are only created: the caller starts its roles at
         once (their connector resolves its node's address on first use) and waits on
@@ -67,7 +73,7 @@ class StoreFleet:
         """
         fleet = cls(NodeConnector({}, "", secrets.token_hex(16)))
         try:
-            fleet._spawn(shm_size, keep_versions, nodes or _live_node_ids(), l2_dir, extra or {})
+            fleet._spawn(shm_size, keep_versions, nodes or _live_node_ids(), l2_dir, extra or {}, reconnect_timeout_s)
             if wait:
                 fleet.resolve()
         except BaseException:
@@ -76,7 +82,7 @@ class StoreFleet:
         return fleet
 
     def _spawn(self, shm_size: str, keep_versions: int, node_ids: list[str], l2_dir: str | None,
-               extra: dict[int, list[str]]) -> None:
+               extra: dict[int, list[str]], reconnect_timeout_s: float) -> None:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -89,7 +95,8 @@ class StoreFleet:
         def make(node_id: str, join: Any) -> Any:
             l2 = None if l2_dir is None else f"{l2_dir}/{node_id[:12]}"
             handle = remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(
-                token, shm_size, keep_versions, join, name, l2_dir=l2, extra=extra.get(len(self.nodes)))
+                token, shm_size, keep_versions, join, name, l2_dir=l2,
+                extra=worker_options(reconnect_timeout_s, extra.get(len(self.nodes))))
             self.nodes.append(handle)
             self.connector.nodes[node_id] = handle
             return handle
@@ -174,6 +181,12 @@ class StoreFleet:
                 except Exception:  # noqa: BLE001 - already dead is the goal
                     pass
         self.nodes = []
+
+
+def worker_options(reconnect_timeout_s: float, extra: list[str] | None = None) -> list[str]:
+    """Options of every worker a run starts: a remote read rides out a holder that restarts
+    for as long as a client rides out its own worker (``--get-timeout``), then ``extra``."""
+    return ["--get-timeout", f"{reconnect_timeout_s:g}", *(extra or [])]
 
 
 def _live_node_ids() -> list[str]:

@@ -29,3 +29,20 @@ def test_fresh_process_with_tensorboard_and_frequent_checkpoints_finishes(kilorl
                      "-o", "logging.progress=false", "-o", "logging.report_every_s=0")
     assert res.returncode == 0, res.stderr[-3000:]
     assert (run / "checkpoints").is_dir() and any((run / "tb").iterdir())
+
+
+def test_a_local_run_keeps_rays_token_authentication_and_prints_no_warning_about_it(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
+    res = subprocess.run([sys.executable, "-m", "kilorl.cli.main", "train", str(EXAMPLES / "cartpole_ppo.yaml"),
+                          "--run-dir", str(tmp_path / "run"), "-o", "train.total_env_steps=512",
+                          "-o", "logging.progress=false", "-o", "logging.report_every_s=0"],
+                         capture_output=True, text=True, timeout=300, cwd=REPO, env={**env, "PYTHONUNBUFFERED": "1"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "Token authentication" not in res.stderr + res.stdout  # neither "is enabled ... opt out" nor "disabled"
+    assert "RAY_AUTH_MODE" not in res.stderr + res.stdout

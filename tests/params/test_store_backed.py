@@ -330,3 +330,67 @@ def test_a_reader_whose_worker_restarts_between_wait_and_fetch_gets_parameters_l
     finally:
         again.proc.kill()
         again.proc.wait(10)
+
+
+def _in_thread(fn) -> tuple[threading.Thread, dict]:
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            out["error"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, out
+
+
+def test_readers_and_a_writer_that_meet_a_dead_worker_ride_it_out_until_it_is_restarted(tmp_path):
+    """The worker is down when the operations start and comes back seconds later: a waiting
+    reader and a copying reader learn the parameters are gone (ParametersLost, not a hang on the
+    empty worker, not a connection error), and the writer's publish goes through."""
+    from kilorl.params.reconnect import ParametersLost
+    from tests.store.store_helpers import WorkerProcess
+
+    first = WorkerProcess(tmp_path, "--shm-size", "64MiB", name="before").start()
+    port = first.port
+    writer, waiting, copying = (StoreParameterStore(first.client, 2) for _ in range(3))
+    writer.publish("policy", 1, params(1))
+    into = {k: torch.zeros_like(v) for k, v in params(1).items()}
+    assert waiting.wait("policy", 1, timeout=10) == 1 and copying.fetch_into("policy", into) == 1
+    first.kill9()
+    (tw, wait_out), (tc, copy_out) = (_in_thread(lambda: waiting.wait("policy", 2, timeout=600)),
+                                      _in_thread(lambda: copying.fetch_into("policy", into)))
+    again = WorkerProcess(tmp_path, "--shm-size", "64MiB", "--port", str(port), name="after").start()
+    try:
+        tw.join(120)
+        tc.join(120)
+        assert not tw.is_alive() and not tc.is_alive()
+        assert isinstance(wait_out.get("error"), ParametersLost), wait_out
+        assert isinstance(copy_out.get("error"), ParametersLost), copy_out
+        writer.publish("policy", 2, params(2))
+        assert waiting.wait("policy", 2, timeout=10) == 2 and copying.fetch_into("policy", into) == 2
+        assert torch.equal(into["pi.w"], params(2)["pi.w"])
+    finally:
+        again.proc.kill()
+        again.proc.wait(10)
+        again.remove_arena()
+        first.remove_arena()
+
+
+def test_a_worker_that_stays_down_past_the_reconnect_timeout_is_an_error_naming_the_setting(tmp_path):
+    import time
+
+    from kilorl.store import WorkerUnreachable
+    from tests.store.store_helpers import WorkerProcess
+
+    w = WorkerProcess(tmp_path, "--shm-size", "64MiB").start()
+    reader = StoreParameterStore(w.client, 2, reconnect_timeout_s=1.0)
+    StoreParameterStore(w.client, 2).publish("policy", 1, params(1))
+    assert reader.wait("policy", 1, timeout=10) == 1
+    w.kill9()
+    t0 = time.monotonic()
+    with pytest.raises(WorkerUnreachable, match=r"within 1s \(reconnect_timeout; store.reconnect_timeout_s"):
+        reader.wait("policy", 2, timeout=600)
+    assert 1.0 <= time.monotonic() - t0 < 30  # the deadline, not the wait's 600 s (nor twice the deadline)

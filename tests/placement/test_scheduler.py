@@ -205,3 +205,14 @@ def test_demand_validation():
         Affinity("near_role")
     with pytest.raises(ValueError, match="unknown policy"):
         place(CapacityState(uniform_topology(1, 1)), [], "random")
+
+
+@pytest.mark.parametrize("policy", ALL)
+def test_a_gang_restricted_to_some_nodes_lands_only_on_them_or_fails(policy):
+    topo = uniform_topology(4, 2)
+    names = [n.name for n in topo.nodes]
+    allowed = frozenset(names[2:])
+    got = place(CapacityState(topo), [GangRequest("a", 4, Demand.of(1, 1, 1), only_nodes=allowed)], policy)
+    assert {topo.nodes[a.node].name for a in got.by_role()["a"]} <= allowed
+    with pytest.raises(PlacementError, match="'a'"):  # 5 GPUs asked of the 4 the two allowed nodes have
+        place(CapacityState(topo), [GangRequest("a", 5, Demand.of(1, 1, 1), only_nodes=allowed)], policy)

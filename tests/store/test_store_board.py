@@ -61,7 +61,7 @@ def test_a_board_wait_that_runs_out_raises_store_timeout(client):
 
 def test_a_reader_waiting_on_the_board_of_a_killed_worker_gets_an_error_not_a_hang(workers):
     w = workers("--shm-size", "64MiB")
-    reader = w.client()
+    reader = w.client(reconnect_timeout=1.0)  # the worker is not restarted: give up after 1 s
     reader.publish("k", b"x", version=1)
     errors: list[BaseException] = []
 

@@ -75,3 +75,33 @@ def test_an_arena_larger_than_shared_memory_is_refused_at_once(tmp_path):
     assert proc.returncode == 2
     assert "does not fit in" in err and "--shm-size" in err
     assert list(SHM_DIR.glob(f"kilorl-store-{proc.pid}-*")) == []  # this worker left no arena file behind
+
+
+def test_ls_get_and_versions_show_keys_and_published_names_with_their_tier_and_size(workers, tmp_path):
+    w = workers("--shm-size", "32MiB", "--keep-versions", "3")
+    c = w.client()
+    c.set("cfg/run", b"hello")
+    for v in (1, 2, 3, 4):
+        c.publish("policy/shard/0", np.full(1000, v, np.float32), version=v)
+    base = ["--port", str(w.port), "--token", w.token]
+    ls = kilorl("ls", *base)
+    assert ls.returncode == 0, ls.stderr
+    lines = {line.split()[0]: line.split() for line in ls.stdout.splitlines()[1:]}
+    assert lines["cfg/run"] == ["cfg/run", "key", "dram", "5B"]
+    assert lines["policy/shard/0"][1:4] == ["versioned", "4", "dram"]  # its latest version
+    rows = json.loads(kilorl("ls", "policy/", *base, "--json").stdout)
+    assert [(r["name"], r["version"]) for r in rows] == [("policy/shard/0", 4)] and rows[0]["size"] >= 4000
+    versions = json.loads(kilorl("versions", "policy/shard/0", *base, "--json").stdout)
+    assert [r["version"] for r in versions] == [2, 3, 4]  # --keep-versions 3: version 1 was reclaimed
+    assert {r["worker"] for r in versions} == {w.address}
+    got = kilorl("get", "cfg/run", *base)
+    assert got.returncode == 0 and got.stdout == "hello"
+    assert kilorl("get", "policy/shard/0", *base, "-o", str(tmp_path / "p.npy")).returncode == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "p.npy"), np.full(1000, 4, np.float32))
+    assert kilorl("get", "policy/shard/0", "--version", "2", *base, "-o", str(tmp_path / "p2.npy")).returncode == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "p2.npy"), np.full(1000, 2, np.float32))
+    missing = kilorl("get", "nothing/here", *base)
+    assert missing.returncode == 1 and "no key or versioned name 'nothing/here'" in missing.stderr
+    assert kilorl("versions", "nothing", *base).returncode == 1
+    assert c.keys("") == ["cfg/run"]  # keys() lists no versioned names: version_list() does
+    assert [r["version"] for r in c.version_list("policy/")["policy/shard/0"]] == [2, 3, 4]

@@ -143,12 +143,43 @@ def test_reserved_keys_are_refused(client):
     assert bytes(client.get_version("p").value) == b"v1"
 
 
-def test_worker_death_is_a_clear_client_error(workers):
-    from kilorl.store import ConnectionLost
+def test_a_killed_worker_is_a_clear_client_error_once_the_reconnect_timeout_has_passed(workers):
+    import time
+
+    from kilorl.store import WorkerUnreachable
 
     w = workers("--shm-size", "8MiB")
-    c = w.client()
+    c = w.client(reconnect_timeout=1.0)
     c.set("k", b"v")
     w.kill9()
-    with pytest.raises(ConnectionLost, match="lost"):
+    t0 = time.monotonic()
+    with pytest.raises(WorkerUnreachable, match=r"lost and not made again within 1s \(reconnect_timeout"):
         c.get("k")
+    assert time.monotonic() - t0 >= 1.0  # it kept trying for its whole deadline, not one attempt
+
+
+def test_a_client_rides_out_its_worker_restarted_on_the_same_port_and_repeats_the_operation(workers):
+    import threading
+
+    w = workers("--shm-size", "8MiB", name="first")
+    c = w.client()  # the default reconnect timeout (60 s): far longer than a restart, even under load
+    c.set("before", b"gone with the first worker's memory")
+    port = w.port
+    w.kill9()
+    got: dict = {}
+
+    def use() -> None:  # starts while nothing listens on the port: the first reconnects are refused
+        try:
+            c.set("after", b"written once it was back")
+            got["after"] = bytes(c.get("after"))
+            got["before"] = c.exists("before")
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            got["error"] = exc
+
+    t = threading.Thread(target=use)
+    t.start()
+    workers("--shm-size", "8MiB", "--port", str(port), name="second")
+    t.join(120)
+    assert not t.is_alive() and "error" not in got, got
+    assert got == {"after": b"written once it was back", "before": False}  # the restarted, empty worker
+    assert c.failovers >= 1 and c.address == f"127.0.0.1:{port}"

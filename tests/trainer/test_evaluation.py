@@ -104,3 +104,29 @@ def test_a_fresh_run_in_a_used_directory_drops_the_old_best(ray_local, tmp_path)
     assert best_checkpoint(run) is not None
     result = Trainer(tiny_config(train={"total_env_steps": 512}), run).fit()
     assert best_checkpoint(run) is None and result.checkpoint == latest_checkpoint(run)
+
+
+def test_kilorl_eval_picks_the_best_the_latest_or_a_step_checkpoint_of_a_run(ray_local, tmp_path, kilorl_cli):
+    from kilorl.trainer.checkpoint import select_checkpoint
+
+    run = tmp_path / "run"
+    cfg = tiny_config(train={"total_env_steps": 1024}, checkpoint={"every_env_steps": 512},
+                      evaluation={"every_env_steps": 256, "episodes": 2, "keep_best": True})
+    Trainer(cfg, run).fit()
+    picked = {which: evaluate(run, episodes=1, checkpoint=which) for which in ("best", "latest", "step_512")}
+    assert picked["best"].checkpoint == str(best_checkpoint(run))
+    assert picked["latest"].checkpoint == str(latest_checkpoint(run)) and picked["latest"].env_steps == 1024
+    assert picked["step_512"].env_steps == 512
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint at 7 env steps; its step checkpoints: step_512, step_1024"):
+        select_checkpoint(run, "step_7")
+    with pytest.raises(ValueError, match="expected best, latest or step_N"):
+        select_checkpoint(run, "worst")
+    res = kilorl_cli("eval", str(run), "--checkpoint", "step_512", "--episodes", "1", "--json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert json.loads(res.stdout.strip().splitlines()[-1])["env_steps"] == 512
+    bad = kilorl_cli("eval", str(run), "--checkpoint", "step_7")
+    assert bad.returncode == 2 and "no checkpoint at 7 env steps" in bad.stderr
+    from kilorl.trainer.plotting import evaluations, plot_runs
+
+    assert [r["env_steps"] for r in evaluations(run)] == [256, 512, 768, 1024]  # kilorl plot's dashed line
+    assert plot_runs([run], tmp_path / "c.png").stat().st_size > 1000

@@ -36,6 +36,18 @@ def test_two_raylets_roles_run_on_the_planned_nodes_and_groups_are_removed():
     assert r["groups_after_unfit"] == 0
 
 
+def test_three_raylets_without_custom_resources_train_to_the_budget_with_every_role_where_the_plan_says():
+    out = subprocess.run([sys.executable, "-m", "tests.trainer.plain_nodes_check"], capture_output=True, text=True,
+                         timeout=540, cwd=REPO, env={**os.environ, "RAY_ADDRESS": ""})
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["steps"][-1] == 1024  # the step budget, on nodes started as plain `ray start` gives them
+    assert r["ran"] == r["planned"]  # Ray's actor table: each role process on the node the plan names
+    assert {r["zone_of"][n] for n in r["planned"]["actor"]} == {"c"}  # resources.actor.nodes: [zone=c]
+    assert "resources.learner.nodes" in r["missing_error"] and "'zone=mars'" in r["missing_error"]
+    assert "learner" in r["missing_error"]
+
+
 def test_failed_start_on_a_local_cluster_leaves_no_placement_group(ray_local, tmp_path):
     before = _live_groups(ray_local)
     cfg = tiny_config(env={"id": BROKEN}, parallelism={"actor": 2})

@@ -78,3 +78,16 @@ def test_durable_sync_writes_every_published_version_through_to_the_workers_l2(r
     plain = tiny_config(train={"total_env_steps": 512})
     Trainer(plain, tmp_path / "plain").fit()
     assert not [p for p in (tmp_path / "plain" / "store-l2").rglob("*") if p.is_file() and p.stat().st_size]
+
+
+def test_the_runs_reconnect_deadline_reaches_the_roles_clients_and_the_workers_remote_reads(ray_local):
+    from kilorl.trainer import Cluster
+    from kilorl.trainer.session import RoleSession
+
+    cfg = tiny_config(store={"reconnect_timeout_s": 7.5})
+    with RoleSession(cfg, Cluster()) as roles:
+        client = roles.store.client  # made as every role makes its own (the store is pickled to them)
+        assert (roles.store.reconnect_timeout_s, client.reconnect_timeout, client.replay) == (7.5, 7.5, False)
+        (pid,) = roles.fleet.pids()
+        cmd = psutil.Process(pid).cmdline()
+        assert cmd[cmd.index("--get-timeout") + 1] == "7.5"  # a read of another node's holder rides it out as long

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from kilorl.store.client.types import Versioned
-from kilorl.store.errors import StoreError, StoreTimeout
+from kilorl.store.errors import Reconnected, StoreError, StoreTimeout
 from kilorl.store.wire.board import AUTHORITATIVE, RAW, BoardReader, Entry
 
 MAX_COPY = 1 << 20
@@ -97,6 +97,8 @@ def board_read(board: BoardReader, arena: memoryview, reads: Reads, version: int
                 return None, _left(deadline)
             try:
                 held = latest(anchor)
+            except Reconnected:
+                raise  # the worker may have come back empty: its caller decides (StoreClient(replay=False))
             except StoreError:
                 return None, _left(deadline)
             if held is not None and held >= min_version:

@@ -25,15 +25,16 @@ from kilorl.store.client import board_writes
 from kilorl.store.client.batches import publish_batch
 from kilorl.store.client.board_reads import CopyInto, board_read, head_only
 from kilorl.store.client.board_writes import BoardPublisher
+from kilorl.store.client.reconnect import RECONNECT_TIMEOUT_S, ride_out
 from kilorl.store.client.streams import Consumer, Producer
 from kilorl.store.client.types import Versioned, WriteMode, resolve_token
 from kilorl.store.errors import (
+    ConfigError,
     ConnectionLost,
     InvalidRequest,
     ProtocolError,
     StoreError,
     StoreTimeout,
-    WorkerLeaving,
     error_from_code,
 )
 from kilorl.store.wire import codec as serialization
@@ -50,8 +51,17 @@ class StoreClient:
 
     def __init__(self, address: str = "127.0.0.1:31501", token: str | None = None, *, zero_copy: bool = True,
                  inline_threshold: int = 64 * 1024, connect_timeout: float = 10.0, run_dir: str | None = None,
-                 use_unix_socket: bool = True):
+                 use_unix_socket: bool = True, reconnect_timeout: float = RECONNECT_TIMEOUT_S, replay: bool = True):
+        """``reconnect_timeout``: seconds an operation that met a broken connection keeps
+        reconnecting (this worker, restarted on its port, or another member of its cluster)
+        before ``WorkerUnreachable``; ``replay``: repeat the operation once reconnected (False:
+        raise ``Reconnected``, for callers that must first check what the worker still holds).
+        The first connection is not retried: a worker that is not there fails at once."""
         parse_address(address)
+        if not reconnect_timeout >= 0:
+            raise ConfigError(f"reconnect_timeout: must be >= 0 seconds, got {reconnect_timeout!r}")
+        self.reconnect_timeout = reconnect_timeout
+        self.replay = replay
         self.address = address
         self.inline_threshold = inline_threshold
         self._token_arg, self._run_dir = token, run_dir
@@ -119,7 +129,8 @@ class StoreClient:
                 pass  # e.g. another user's worker: fall back to inline transfers
 
     def _failover(self, why: Exception) -> None:
-        """Moves to another live member of the worker's cluster (cluster workers only)."""
+        """Connects again: to another live member of the worker's cluster first, else to this
+        address (a worker restarted on its port); ``ConnectionLost`` when none answers now."""
         candidates = [a for a in self.members if a != self.address] + [self.address]
         self._fs.close()
         for address in candidates:
@@ -149,18 +160,14 @@ class StoreClient:
             self._failover(exc)
 
     def _retrying(self, fn, *args, **kw):
-        """Runs one operation; on a cluster, a lost or leaving worker is replaced by another
-        member and the operation repeated (bounded: 8 tries within 30 s)."""
-        self._return_home()
-        deadline = time.monotonic() + 30.0
-        for attempt in range(8):
-            try:
-                return fn(*args, **kw)
-            except (ConnectionLost, WorkerLeaving) as exc:
-                if "cluster" not in self.info or attempt == 7 or time.monotonic() > deadline:
-                    raise
-                time.sleep(min(0.05 * 2 ** attempt, 1.0))
-                self._failover(exc)
+        """Runs one operation; a lost connection or a leaving worker is replaced by a new
+        connection (this worker again, or another member of its cluster), retried with
+        backoff until ``reconnect_timeout`` (``kilorl.store.client.reconnect``), and the
+        operation repeated (or ``Reconnected`` raised, without ``replay``)."""
+        def op():
+            self._return_home()
+            return fn(*args, **kw)
+        return ride_out(op, self._failover, self.reconnect_timeout, self.replay, lambda: f"worker {self.home}")
 
     def _hello(self) -> dict[str, Any]:
         header, _ = self._call({"op": "hello", "token": self._token, "host_id": host_identity(), "pid": os.getpid()})
@@ -364,9 +371,16 @@ class StoreClient:
 
     def keys(self, prefix: str = "", local_only: bool = False) -> list[str]:
         """Keys starting with ``prefix``, sorted; on a mesh every worker's keys once each
-        (``local_only``: just the keys whose bytes this worker holds)."""
+        (``local_only``: just the keys whose bytes this worker holds). Versioned objects
+        (``publish``) are not keys: ``version_list`` lists their names and versions."""
         header = {"op": "keys", "prefix": prefix, "local_only": local_only}
         return self._retrying(lambda: self._call(dict(header)))[0]["keys"]
+
+    def version_list(self, prefix: str = "") -> dict[str, list[dict[str, Any]]]:
+        """Versioned names starting with ``prefix`` whose versions this worker holds:
+        name -> ``[{"version", "tier", "size"}, ...]``, oldest first (on a mesh, ask each
+        member: a version's bytes live where it was published or read)."""
+        return self._retrying(lambda: self._call({"op": "version_list", "prefix": prefix}))[0]["names"]
 
     def pin(self, key: str, on: bool = True) -> None:
         """Keeps an object in its current tier (no demotion, no eviction) until unpinned."""

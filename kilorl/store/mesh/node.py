@@ -71,7 +71,8 @@ class MeshConfig:
     chunk_size: int = 4 * 1024 * 1024
     """Bytes per chunk of a worker-to-worker transfer."""
     get_timeout: float = 15.0
-    """Upper bound on resolving a remote get (lookups, retries, waiting out a dead holder)."""
+    """Upper bound on resolving a remote get (lookups, retries, waiting out a holder that
+    died or restarts); ``--get-timeout``, which a run sets to ``store.reconnect_timeout_s``."""
     prefix: str = "/kilorl/store/default/"
     """Metastore key prefix of this cluster."""
 
@@ -85,6 +86,8 @@ class MeshConfig:
             raise ConfigError(f"lease_ttl: must be > 0, got {self.lease_ttl}")
         if self.fanout < 1:
             raise ConfigError(f"fanout: must be >= 1, got {self.fanout}")
+        if not self.get_timeout > 0:
+            raise ConfigError(f"get_timeout: must be > 0, got {self.get_timeout}")
 
 
 class MeshNode(Router):

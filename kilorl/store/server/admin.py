@@ -1,4 +1,4 @@
-"""Key-space and service ops: delete, exists, expire, keys, pin, locate, stats, ping, shutdown."""
+"""Key-space and service ops: delete, exists, expire, keys, version_list, pin, locate, stats, ping, shutdown."""
 
 from __future__ import annotations
 
@@ -36,6 +36,30 @@ def expire(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
 def keys(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     local = w.keyspace.keys(arg(h, "prefix", str, ""))
     return Reply({"keys": local if h.get("local_only") else w.router.list_keys(arg(h, "prefix", str, ""), local)})
+
+
+@OPS.op("version_list")
+def version_list(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    """Versioned names starting with ``prefix`` whose versions this worker holds, each with its
+    versions (oldest first) and their tier and size: what ``keys`` does not list."""
+    from kilorl.store.errors import KeyNotFound
+    from kilorl.store.local.versions import version_key
+
+    prefix = arg(h, "prefix", str, "")
+    with w.versions.cond:
+        held = {n: list(vs) for n, vs in w.versions.versions.items() if n.startswith(prefix) and vs}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name in sorted(held):
+        rows = []
+        for v in held[name]:
+            try:
+                loc = w.keyspace.locate(version_key(name, v))
+            except KeyNotFound:  # reclaimed since
+                continue
+            rows.append({"version": v, "tier": loc["tier"], "size": loc["size"]})
+        if rows:
+            out[name] = rows
+    return Reply({"names": out})
 
 
 @OPS.op("pin")
