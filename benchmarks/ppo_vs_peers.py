@@ -222,13 +222,13 @@ def kilorl_result(env: BenchEnv, seed: int, run_dir: Path, rc: int, timed_out: b
     return base
 
 
-def run_sb3(env: BenchEnv, seed: int, budget_s: float, work: Path) -> RunResult:
+def run_sb3(env: BenchEnv, seed: int, budget_s: float, work: Path, algo: str = "ppo") -> RunResult:
     run_dir = _fresh(work / f"{env.key}-sb3-seed{seed}")
     out = run_dir / "result.json"
     t0 = time.time()
     cmd = [sys.executable, str(HERE / "sb3_worker.py"), "--env", env.gym_id, "--seed", str(seed),
            "--threshold", str(env.threshold), "--window", str(WINDOW), "--deadline", str(t0 + budget_s),
-           "--out", str(out)]
+           "--out", str(out), "--algo", algo]
     # The worker stops itself at the deadline; the hard kill is only a safety net.
     rc, timed_out, leaked = run_with_deadline(cmd, run_dir / "logs", t0 + budget_s + 60.0)
     result = RunResult("SB3", env.key, seed, reached=False, stop_reason="crashed", run_dir=str(run_dir))
@@ -339,13 +339,13 @@ def _fmt(v: float | None, digits: int = 1, thousands: bool = False) -> str:
 
 
 def markdown(env: BenchEnv, results: list[RunResult], summary: dict[str, Any], budget_s: float,
-             kilorl_config: str = "", overrides: list[str] = ()) -> str:
+             kilorl_config: str = "", overrides: list[str] = (), peer: str = "rl-zoo PPO entry") -> str:
     seeds = sorted({r.seed for r in results})
     lines = [
         f"### {env.gym_id}: time to a {WINDOW}-episode rolling mean of {env.threshold:g}",
         f"seeds {', '.join(map(str, seeds))}; budget {budget_s:g} s per run; medians count runs that "
         f"did not reach the threshold as infinitely slow.",
-        f"kiloRL: `{kilorl_config}`" + "".join(f" `-o {o}`" for o in overrides) + "; SB3: rl-zoo PPO entry.",
+        f"kiloRL: `{kilorl_config}`" + "".join(f" `-o {o}`" for o in overrides) + f"; SB3: {peer}.",
         "",
         "| framework | reached | median time (s), excl. start-up | median time (s), incl. start-up "
         "| median env steps | median start-up (s) |",

@@ -1,11 +1,12 @@
-"""One Stable-Baselines3 PPO run with rl-zoo hyperparameters, stopped at a return threshold.
+"""One Stable-Baselines3 PPO or DQN run with rl-zoo hyperparameters, stopped at a return threshold.
 
-Run by ``ppo_vs_peers.py`` in its own subprocess (one run = one process, like kiloRL's
-``kilorl train``); writes one JSON object to ``--out``. Torch is pinned to one thread,
-as kiloRL's learner is, so neither side wins by grabbing both cores' BLAS threads.
+Run by ``ppo_vs_peers.py`` (PPO) and ``dqn_vs_peers.py`` (``--algo dqn``) in its own
+subprocess (one run = one process, like kiloRL's ``kilorl train``); writes one JSON
+object to ``--out``. Torch is pinned to one thread, as kiloRL's learner is, so neither
+side wins by grabbing both cores' BLAS threads.
 
 Usage: ``python benchmarks/sb3_worker.py --env CartPole-v1 --seed 1 --threshold 475
---deadline EPOCH_S --out result.json``
+--deadline EPOCH_S --out result.json [--algo dqn]``
 """
 
 from __future__ import annotations
@@ -68,24 +69,25 @@ def _threshold_callback(threshold: float, window: int, deadline: float) -> Any:
     return ThresholdCallback()
 
 
-def run(env_id: str, seed: int, threshold: float, window: int, deadline: float) -> dict[str, Any]:
+def run(env_id: str, seed: int, threshold: float, window: int, deadline: float, algo: str = "ppo") -> dict[str, Any]:
     """Train until the threshold, the deadline or rl-zoo's n_timesteps; return the measurements."""
     import torch
 
     torch.set_num_threads(1)
-    from stable_baselines3 import PPO
+    from stable_baselines3 import DQN, PPO
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
-    from zoo_hyperparams import ZOO_PPO, resolve_schedules
+    from zoo_hyperparams import ZOO_DQN, ZOO_PPO, resolve_schedules
 
-    entry = ZOO_PPO[env_id]
+    entry = (ZOO_DQN if algo == "dqn" else ZOO_PPO)[env_id]
     t_entry = time.time()
     # make_vec_env wraps every env in Monitor (episode returns before any normalization).
     env = make_vec_env(env_id, n_envs=entry.n_envs, seed=seed)
     if entry.normalize:
-        env = VecNormalize(env, gamma=entry.ppo_kwargs.get("gamma", 0.99))
-    model = PPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, stats_window_size=window,
-                policy_kwargs=entry.policy_kwargs or None, **resolve_schedules(entry.ppo_kwargs))
+        env = VecNormalize(env, gamma=entry.algo_kwargs.get("gamma", 0.99))
+    cls = DQN if algo == "dqn" else PPO
+    model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, stats_window_size=window,
+                policy_kwargs=entry.policy_kwargs or None, **resolve_schedules(entry.algo_kwargs))
     callback = _threshold_callback(threshold, window, deadline)
     model.learn(total_timesteps=entry.n_timesteps, callback=callback)
     end = time.time()
@@ -99,6 +101,7 @@ def run(env_id: str, seed: int, threshold: float, window: int, deadline: float) 
         "final_return_mean": sum(callback.returns) / len(callback.returns) if callback.returns else None,
         "torch_threads": torch.get_num_threads(),
         "zoo_entry": entry.zoo_key,
+        "algo": algo,
     }
     if callback.reached is not None:
         result["env_steps"] = callback.reached["env_steps"]
@@ -109,14 +112,15 @@ def run(env_id: str, seed: int, threshold: float, window: int, deadline: float) 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--env", required=True, help="Gymnasium id with an rl-zoo entry in zoo_hyperparams")
+    p.add_argument("--env", required=True, help="Gymnasium id with an rl-zoo entry (for --algo) in zoo_hyperparams")
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--threshold", type=float, required=True)
     p.add_argument("--window", type=int, default=20, help="episodes in the rolling mean")
     p.add_argument("--deadline", type=float, required=True, help="absolute time.time() to give up at")
     p.add_argument("--out", type=Path, required=True, help="JSON result file")
+    p.add_argument("--algo", choices=("ppo", "dqn"), default="ppo", help="SB3 algorithm (its rl-zoo entry)")
     args = p.parse_args()
-    result = run(args.env, args.seed, args.threshold, args.window, args.deadline)
+    result = run(args.env, args.seed, args.threshold, args.window, args.deadline, args.algo)
     args.out.write_text(json.dumps(result))
     return 0
 

@@ -1,4 +1,4 @@
-"""rl-baselines3-zoo PPO hyperparameters for the envs the peer benchmark runs.
+"""rl-baselines3-zoo PPO and DQN hyperparameters for the envs the peer benchmarks run.
 
 Copied from DLR-RM/rl-baselines3-zoo ``hyperparams/ppo.yml`` at commit
 208b6fdf3a9aa24de44b2e068c6e5f6a07d97fcc (https://github.com/DLR-RM/rl-baselines3-zoo/blob/
@@ -37,6 +37,25 @@ benchmark applies the entry to v3. ``lin_X`` is the zoo's ``linear_schedule(X)``
 ``progress_remaining * X``, where SB3's progress_remaining falls from 1 to 0 over
 ``n_timesteps``; the schedules are therefore only faithful when ``learn`` is called
 with ``total_timesteps = n_timesteps``, which is what the benchmark does.
+
+DQN: ``hyperparams/dqn.yml`` at commit ce95481b041fe5314c1b2f1a53940d169b9253fc
+(https://github.com/DLR-RM/rl-baselines3-zoo/blob/ce95481b041fe5314c1b2f1a53940d169b9253fc/
+hyperparams/dqn.yml), the entry ``examples/cartpole_dqn.yaml`` copies:
+
+    CartPole-v1:              # "# Almost Tuned"
+      n_timesteps: !!float 5e4
+      policy: 'MlpPolicy'
+      learning_rate: !!float 2.3e-3
+      batch_size: 64
+      buffer_size: 100000
+      learning_starts: 1000
+      gamma: 0.99
+      target_update_interval: 10
+      train_freq: 256
+      gradient_steps: 128
+      exploration_fraction: 0.16
+      exploration_final_eps: 0.04
+      policy_kwargs: "dict(net_arch=[256, 256])"
 """
 
 from __future__ import annotations
@@ -47,11 +66,13 @@ from typing import Any
 
 ZOO_COMMIT = "208b6fdf3a9aa24de44b2e068c6e5f6a07d97fcc"
 ZOO_SOURCE = f"https://github.com/DLR-RM/rl-baselines3-zoo/blob/{ZOO_COMMIT}/hyperparams/ppo.yml"
+ZOO_DQN_COMMIT = "ce95481b041fe5314c1b2f1a53940d169b9253fc"
+ZOO_DQN_SOURCE = f"https://github.com/DLR-RM/rl-baselines3-zoo/blob/{ZOO_DQN_COMMIT}/hyperparams/dqn.yml"
 
 
 @dataclass(frozen=True)
 class ZooEntry:
-    """One env's rl-zoo PPO entry, split the way rl-zoo's ExperimentManager splits it."""
+    """One env's rl-zoo entry, split the way rl-zoo's ExperimentManager splits it."""
 
     zoo_key: str
     """The key of the entry in ppo.yml (may name an older env version)."""
@@ -59,8 +80,8 @@ class ZooEntry:
     """Parallel envs in the DummyVecEnv (rl-zoo's default vec env type)."""
     n_timesteps: int
     """Training length; also the horizon of the linear schedules."""
-    ppo_kwargs: dict[str, Any]
-    """Keyword arguments for ``stable_baselines3.PPO`` (``lin_X`` kept as strings)."""
+    algo_kwargs: dict[str, Any]
+    """Keyword arguments for the SB3 algorithm class (``lin_X`` kept as strings)."""
     normalize: bool = False
     """Wrap the vec env in VecNormalize (rl-zoo passes gamma to it)."""
     policy_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -72,7 +93,7 @@ ZOO_PPO: dict[str, ZooEntry] = {
         zoo_key="CartPole-v1",
         n_envs=8,
         n_timesteps=100_000,
-        ppo_kwargs=dict(
+        algo_kwargs=dict(
             n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
             learning_rate="lin_0.001", clip_range="lin_0.2",
         ),
@@ -81,9 +102,27 @@ ZOO_PPO: dict[str, ZooEntry] = {
         zoo_key="LunarLander-v2",
         n_envs=16,
         n_timesteps=1_000_000,
-        ppo_kwargs=dict(n_steps=1024, batch_size=64, gae_lambda=0.98, gamma=0.999, n_epochs=4, ent_coef=0.01),
+        algo_kwargs=dict(n_steps=1024, batch_size=64, gae_lambda=0.98, gamma=0.999, n_epochs=4, ent_coef=0.01),
     ),
 }
+
+
+ZOO_DQN: dict[str, ZooEntry] = {
+    # hyperparams/dqn.yml at ZOO_DQN_COMMIT ("# Almost Tuned"); n_envs unset: rl-zoo's 1.
+    "CartPole-v1": ZooEntry(
+        zoo_key="CartPole-v1",
+        n_envs=1,
+        n_timesteps=50_000,
+        algo_kwargs=dict(
+            learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000, gamma=0.99,
+            target_update_interval=10, train_freq=256, gradient_steps=128, exploration_fraction=0.16,
+            exploration_final_eps=0.04,
+        ),
+        policy_kwargs=dict(net_arch=[256, 256]),
+    ),
+}
+"""rl-zoo's DQN entries; unset keys take SB3's DQN defaults (tau 1, max_grad_norm 10,
+exploration_initial_eps 1, Huber loss, no double Q-learning)."""
 
 
 def linear_schedule(initial_value: float) -> Callable[[float], float]:

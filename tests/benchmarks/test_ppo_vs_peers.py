@@ -164,6 +164,6 @@ def test_cli_arguments() -> None:
 
 
 def test_zoo_linear_schedules_decay_to_zero() -> None:
-    kwargs = zoo.resolve_schedules(zoo.ZOO_PPO["CartPole-v1"].ppo_kwargs)
+    kwargs = zoo.resolve_schedules(zoo.ZOO_PPO["CartPole-v1"].algo_kwargs)
     assert kwargs["learning_rate"](1.0) == pytest.approx(1e-3) and kwargs["learning_rate"](0.25) == pytest.approx(2.5e-4)
     assert kwargs["clip_range"](0.0) == 0.0 and kwargs["n_steps"] == 32

@@ -1,0 +1,73 @@
+"""The DQN peer benchmark's bookkeeping: both sides on the same rl-zoo values, alternation,
+the goal verdict, the config check. The training runs themselves are the benchmark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kilorl.config import load_config
+from tests.benchmarks.bench_modules import BENCH, load_bench
+
+dvp = load_bench("dqn_vs_peers")
+pvp = load_bench("ppo_vs_peers")
+zoo = load_bench("zoo_hyperparams")
+EXAMPLE = BENCH.parent / "examples" / "cartpole_dqn.yaml"
+
+
+def test_the_example_and_sb3_run_the_same_rl_zoo_values() -> None:
+    entry = zoo.ZOO_DQN["CartPole-v1"]
+    kw = entry.algo_kwargs
+    cfg = load_config(str(EXAMPLE))
+    a = cfg.algo
+    assert (entry.n_timesteps, cfg.train.total_env_steps) == (50_000, 50_000)
+    assert (kw["learning_rate"], a.lr) == (2.3e-3, 2.3e-3)
+    assert kw["batch_size"] == a.batch_size == 64 and kw["buffer_size"] == a.buffer_size == 100_000
+    assert kw["learning_starts"] == a.learning_starts == 1000 and kw["gamma"] == a.gamma == 0.99
+    assert kw["target_update_interval"] == a.target_update_interval == 10
+    assert kw["train_freq"] == a.train_freq == 256 and kw["gradient_steps"] == a.gradient_steps == 128
+    assert kw["exploration_fraction"] == a.exploration_fraction == 0.16
+    assert kw["exploration_final_eps"] == a.exploration_final_eps == 0.04
+    assert entry.policy_kwargs["net_arch"] == list(cfg.model.hidden_sizes) == [256, 256]
+    assert entry.n_envs == 1 and not entry.normalize
+
+
+def test_pairs_alternate_who_goes_first() -> None:
+    assert [dvp.pair_order(i) for i in range(4)] == [("kiloRL", "SB3"), ("SB3", "kiloRL")] * 2
+
+
+def test_evaluation_is_off_unless_kept_and_user_overrides_come_last() -> None:
+    assert dvp.kilorl_overrides(["algo.lr=1e-3"], keep_evaluation=False) == [*dvp.NO_EVALUATION, "algo.lr=1e-3"]
+    assert dvp.kilorl_overrides([], keep_evaluation=True) == []
+    cfg = load_config(str(EXAMPLE), dvp.kilorl_overrides([], keep_evaluation=False))
+    assert cfg.evaluation.every_env_steps is None and not cfg.evaluation.keep_best
+
+
+def test_config_check_refuses_a_non_dqn_config(tmp_path: Path) -> None:
+    assert dvp.check_dqn_config(EXAMPLE, list(dvp.NO_EVALUATION)) is None
+    assert "not 'dqn'" in dvp.check_dqn_config(BENCH.parent / "examples" / "cartpole_ppo.yaml", [])
+    assert "not found" in dvp.check_dqn_config(tmp_path / "missing.yaml", [])
+    assert dvp.main(["--config", str(tmp_path / "missing.yaml"), "--work-dir", str(tmp_path)]) == 2
+
+
+@pytest.mark.parametrize(("k_time", "verdict"), [(4.0, "met (0.40)"), (7.0, "NOT met (0.70)")])
+def test_goal_verdict_on_the_median_time_ratio(k_time: float, verdict: str) -> None:
+    R = pvp.RunResult
+    results = [R("kiloRL", "cartpole", 1, True, "threshold", time_s=k_time, time_incl_startup_s=k_time + 9, env_steps=20_000),
+               R("SB3", "cartpole", 1, True, "threshold", time_s=10.0, time_incl_startup_s=11.0, env_steps=25_000)]
+    summary = pvp.summarize(results)
+    assert dvp.goal_line(summary).endswith(verdict + ".")
+    table = pvp.markdown(dvp.ENV, results, summary, 600, "examples/cartpole_dqn.yaml", list(dvp.NO_EVALUATION), peer=dvp.PEER)
+    assert "SB3: rl-zoo DQN entry" in table and "`-o evaluation.every_env_steps=null`" in table
+
+
+def test_goal_verdict_from_a_bound_when_sb3_never_reaches() -> None:
+    R = pvp.RunResult
+    results = [R("kiloRL", "cartpole", s, True, "threshold", time_s=t, env_steps=1) for s, t in ((1, 3.0), (2, 4.0), (3, 5.0))]
+    results += [R("SB3", "cartpole", 1, True, "threshold", time_s=10.0, env_steps=1),
+                R("SB3", "cartpole", 2, False, "step_limit"), R("SB3", "cartpole", 3, False, "budget")]
+    line = dvp.goal_line(pvp.summarize(results))
+    assert line.endswith("met (<= 0.4).") and "NOT" not in line
+    only_sb3 = pvp.summarize([R("kiloRL", "cartpole", 1, False, "budget"), R("SB3", "cartpole", 1, False, "budget")])
+    assert "no ratio" in dvp.goal_line(only_sb3)
