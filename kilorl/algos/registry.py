@@ -84,7 +84,7 @@ register(AlgorithmSpec(
     policy="kilorl.algos.impala.policy:BehaviourLogProb", data_path="queue",
 ))
 register(AlgorithmSpec(
-    name="appo", config="kilorl.algos.impala.appo:APPOConfig", learner="kilorl.algos.impala.appo:APPOLearner",
+    name="appo", config="kilorl.algos.impala.config:APPOConfig", learner="kilorl.algos.impala.appo:APPOLearner",
     policy="kilorl.algos.impala.policy:BehaviourLogProb", data_path="queue",
 ))
 

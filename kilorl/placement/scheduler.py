@@ -92,17 +92,20 @@ class Placement:
 
 
 def _order(requests: Sequence[GangRequest], policy: str) -> list[GangRequest]:
-    """Roles another gang wants to be near go before it; ``binpack-topo`` orders collectives,
-    then gangs with a ``near_role`` affinity, then the rest (bigger GPU demand first)."""
+    """Roles another gang wants to be near go before it; gangs held to named nodes before free
+    ones; ``binpack-topo`` then orders collectives, then gangs with a ``near_role`` affinity,
+    then the rest (bigger GPU demand first)."""
     roles = {r.role for r in requests}
     for r in requests:
         for a in r.affinities:
             if a.kind == "near_role" and a.role not in roles:
                 raise PlacementError(r.role, f"near_role refers to {a.role!r}, which is not in the request")
-    items = list(requests)
+    # Gangs held to named nodes (labels) first: the most constrained take their nodes before
+    # an unconstrained gang lands there by chance and leaves them no room.
+    items = sorted(requests, key=lambda r: r.only_nodes is None)
     if policy == "binpack-topo":
         # Collectives, then gangs that want to be near something, then the rest; bigger first.
-        items.sort(key=lambda r: (not r.collective, r.affinity("near_role") is None,
+        items.sort(key=lambda r: (r.only_nodes is None, not r.collective, r.affinity("near_role") is None,
                                   -r.count * r.demand.total_gpu_milli))
     out: list[GangRequest] = []
     pending = items

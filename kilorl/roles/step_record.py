@@ -43,16 +43,21 @@ class FinalObservations:
     def record(self, policy: BehaviourPolicy, model: torch.nn.Module,
                last_obs: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """``(final, last)`` entries of the rollout: the policy's ``observe`` extras of the final
-        observations and of s_T, in one forward pass over both."""
+        observations and of s_T.
+
+        Two forward passes, not one over both: a float32 matmul over ``N + K`` rows rounds the
+        ``N`` rows of s_T differently from those rows alone (1 ulp on a 64-64 network), and
+        which seeds of an example pass was decided by that last bit (docs/benchmarks.md)."""
         k = sum(len(e) for e in self.env)
         final_obs = np.concatenate(self.obs) if k else np.zeros((0, *last_obs.shape[1:]), last_obs.dtype)
-        with torch.no_grad():
-            extras = policy.observe(model, torch.from_numpy(np.concatenate([final_obs, last_obs])))
         final = {keys.FINAL_T: np.concatenate(self.t) if k else np.zeros(0, np.int64),
                  keys.FINAL_ENV: np.concatenate(self.env) if k else np.zeros(0, np.int64),
                  keys.OBS: final_obs}
         last = {keys.OBS: last_obs}
-        for name, value in extras.items():
-            value = np.asarray(value)
-            final[name], last[name] = value[:k], value[k:]
+        with torch.no_grad():
+            of_last = policy.observe(model, torch.from_numpy(last_obs))
+            of_final = policy.observe(model, torch.from_numpy(final_obs)) if k else {}
+        for name, value in of_last.items():
+            last[name] = np.asarray(value)
+            final[name] = np.asarray(of_final[name]) if k else np.zeros((0, *last[name].shape[1:]), last[name].dtype)
         return final, last

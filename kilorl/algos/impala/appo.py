@@ -4,24 +4,9 @@ penalty towards it."""
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
-from pydantic import Field
 
-from kilorl.algos.impala.config import IMPALAConfig
 from kilorl.algos.impala.learner import IMPALALearner
-
-
-class APPOConfig(IMPALAConfig):
-    """Asynchronous PPO on V-trace advantages."""
-
-    name: Literal["appo"] = "appo"
-    """Algorithm name."""
-    clip_coef: float = Field(default=0.2, gt=0)
-    """Ratio clipping epsilon of the surrogate."""
-    kl_coef: float = Field(default=0.0, ge=0)
-    """Coefficient of the KL penalty towards the behaviour policy (0: none)."""
 
 
 class APPOLearner(IMPALALearner):

@@ -34,3 +34,14 @@ class IMPALAConfig(QueueConfig):
     """Global gradient-norm clipping threshold."""
     norm_adv: bool = False
     """Normalise the V-trace advantages per batch."""
+
+
+class APPOConfig(IMPALAConfig):
+    """Asynchronous PPO on V-trace advantages."""
+
+    name: Literal["appo"] = "appo"
+    """Algorithm name."""
+    clip_coef: float = Field(default=0.2, gt=0)
+    """Ratio clipping epsilon of the surrogate."""
+    kl_coef: float = Field(default=0.0, ge=0)
+    """Coefficient of the KL penalty towards the behaviour policy (0: none)."""
