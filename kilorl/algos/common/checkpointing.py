@@ -8,9 +8,10 @@ columns) goes through ``NamedParts`` into ``state()["tensors"]`` and ``["extra_m
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # torch is imported where it is used: the driver writes checkpoints without it
+    import torch
 
 
 def flatten_optimizer(opt_state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -71,6 +72,8 @@ class NamedParts:
 
     def load(self, tensors: dict[str, Any], meta: dict[str, Any]) -> None:
         """Restore what ``state`` returned; a part the checkpoint does not hold is an error naming it."""
+        import torch
+
         for name, module in self.modules.items():
             prefix = f"module/{name}/"
             own = {k[len(prefix):]: torch.as_tensor(v) for k, v in tensors.items() if k.startswith(prefix)}
