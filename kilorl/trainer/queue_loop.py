@@ -14,41 +14,25 @@ max). A slow env runner delays only its own rollouts.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Iterator
-from typing import Any
 
 from kilorl.config import Config
-from kilorl.core import RolloutInfo
-from kilorl.params.reconnect import ParametersLost
+from kilorl.trainer.as_completed import AsCompleted, Completed
 from kilorl.trainer.data_path import IterationResult
 from kilorl.trainer.loop import RESTART_WAIT_S, learner_results
-from kilorl.trainer.session import ACTOR_MAX_RESTARTS, RoleSession
+from kilorl.trainer.session import RoleSession
 
 
-class QueueLoop:
+class QueueLoop(AsCompleted):
     """As-completed batches to the learners; env runners never wait for the learner."""
 
     def __init__(self, cfg: Config, roles: RoleSession, iteration: int, env_steps: int) -> None:
-        self.cfg, self.roles = cfg, roles
-        self.iteration, self.env_steps = iteration, env_steps
-        self.first_version = iteration
+        super().__init__(cfg, roles, iteration, env_steps)
         q = cfg.algo.queue
         self.per_batch, self.max_queued, self.max_lag = q.rollouts_per_batch, q.max_queued_rollouts, q.max_policy_lag
-        self.per_rollout = cfg.parallelism.envs_per_actor * cfg.algo.rollout_length
-        self.pending: dict[Any, tuple[int, Any]] = {}
-        self.ready: deque[tuple[int, Any, RolloutInfo]] = deque()
         self.paused: list[int] = []
         """Env runners whose rollout completed while the queue was full: resubmitted as it drains."""
-        self.lost_rollouts = self.republished = self.pauses = self.dropped = 0
-        self.max_lost = cfg.parallelism.actor * ACTOR_MAX_RESTARTS
-
-    def in_flight(self, actor: int) -> list[Any]:
-        return [info for info, (j, _) in self.pending.items() if j == actor]
-
-    def _room(self) -> bool:
-        taken = self.env_steps + (len(self.pending) + len(self.ready)) * self.per_rollout
-        return taken < self.cfg.train.total_env_steps
+        self.pauses = self.dropped = 0
 
     def _submit(self, j: int) -> None:
         if not self._room():
@@ -57,38 +41,19 @@ class QueueLoop:
             self.paused.append(j)
             self.pauses += 1
             return
-        rollout_ref, info_ref = self.roles.actors[j].collect.options(num_returns=2).remote(
-            self.first_version, self.env_steps + len(self.ready) * self.per_rollout)
-        self.pending[info_ref] = (j, rollout_ref)
+        self._collect(j, self.first_version)  # the newest version, whatever it is: never a wait
 
     def _complete_one(self, deadline: float) -> None:
-        import ray
-
-        done, _ = ray.wait(list(self.pending), num_returns=1)
-        j, rollout_ref = self.pending.pop(done[0])
-        try:
-            info = ray.get(done[0])
-        except ParametersLost:
-            if time.monotonic() > deadline:
-                raise
-            self.republished += 1
-            ray.get(self.roles.learners[0].publish.remote(self.iteration))
-            self._submit(j)
+        done = self._next_completed(deadline)
+        if done is None:
             return
-        except ray.exceptions.RayActorError:
-            self.lost_rollouts += 1
-            if self.lost_rollouts > self.max_lost or time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
-            self._submit(j)
-            return
-        if self.iteration - info["version"] > self.max_lag:  # too far behind to learn from
+        if self.iteration - done[2]["version"] > self.max_lag:  # too far behind to learn from
             self.dropped += 1
         else:
-            self.ready.append((j, rollout_ref, info))
-        self._submit(j)
+            self.ready.append(done)
+        self._submit(done[0])
 
-    def _batch(self) -> list[tuple[int, Any, RolloutInfo]]:
+    def _batch(self) -> list[Completed]:
         deadline = time.monotonic() + RESTART_WAIT_S
         while len(self.ready) < self.per_batch and self.pending:
             self._complete_one(deadline)

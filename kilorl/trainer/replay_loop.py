@@ -13,76 +13,33 @@ algorithm: it moves ``Rollout`` refs and statistics.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Iterator
-from typing import Any
 
 from kilorl.config import Config
-from kilorl.core import RolloutInfo
-from kilorl.params.reconnect import ParametersLost
+from kilorl.trainer.as_completed import AsCompleted
 from kilorl.trainer.data_path import IterationResult
 from kilorl.trainer.loop import RESTART_WAIT_S, learner_results
-from kilorl.trainer.session import ACTOR_MAX_RESTARTS, RoleSession
+from kilorl.trainer.session import RoleSession
 
 
-class ReplayLoop:
+class ReplayLoop(AsCompleted):
     """Rollouts as they complete, to the learners' replay tables."""
 
     def __init__(self, cfg: Config, roles: RoleSession, iteration: int, env_steps: int) -> None:
-        self.cfg, self.roles = cfg, roles
-        self.iteration, self.env_steps = iteration, env_steps
-        self.first_version = iteration
-        self.per_rollout = cfg.parallelism.envs_per_actor * cfg.algo.rollout_length
-        self.pending: dict[Any, tuple[int, Any]] = {}
-        """info ref -> (env runner, rollout ref) of the collections under way."""
-        self.ready: deque[tuple[int, Any, RolloutInfo]] = deque()
-        """Completed rollouts not yet handed to a learner."""
-        self.lost_rollouts = 0
-        self.max_lost = cfg.parallelism.actor * ACTOR_MAX_RESTARTS
-        self.republished = 0
+        super().__init__(cfg, roles, iteration, env_steps)
         self.eager = cfg.train.pipeline_depth > 0
 
-    def in_flight(self, actor: int) -> list[Any]:
-        return [info for info, (j, _) in self.pending.items() if j == actor]
-
-    def _room(self) -> bool:
-        """Another rollout still fits in the run's env-step budget."""
-        taken = self.env_steps + (len(self.pending) + len(self.ready)) * self.per_rollout
-        return taken < self.cfg.train.total_env_steps
-
     def _submit(self, j: int) -> None:
-        if not self._room():
-            return
-        min_version = max(self.first_version, self.iteration - self.cfg.train.pipeline_depth)
-        clock = self.env_steps + len(self.ready) * self.per_rollout
-        rollout_ref, info_ref = self.roles.actors[j].collect.options(num_returns=2).remote(min_version, clock)
-        self.pending[info_ref] = (j, rollout_ref)
+        if self._room():
+            self._collect(j, max(self.first_version, self.iteration - self.cfg.train.pipeline_depth))
 
     def _complete_one(self, deadline: float) -> None:
-        """Wait for the next rollout to complete; a lost one is collected again."""
-        import ray
-
-        done, _ = ray.wait(list(self.pending), num_returns=1)
-        j, rollout_ref = self.pending.pop(done[0])
-        try:
-            info = ray.get(done[0])
-        except ParametersLost:  # the env runner's store worker restarted empty: republish, collect again
-            if time.monotonic() > deadline:
-                raise
-            self.republished += 1
-            ray.get(self.roles.learners[0].publish.remote(self.iteration))
-            self._submit(j)
+        done = self._next_completed(deadline)
+        if done is None:
             return
-        except ray.exceptions.RayActorError:  # died mid-rollout, or still restarting
-            self.lost_rollouts += 1
-            if self.lost_rollouts > self.max_lost or time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
-            self._submit(j)
-            return
-        self.ready.append((j, rollout_ref, info))
+        self.ready.append(done)
         if self.eager:
-            self._submit(j)
+            self._submit(done[0])
 
     def __iter__(self) -> Iterator[IterationResult]:
         n = len(self.roles.learners)
