@@ -5,8 +5,13 @@ subprocess (one run = one process, like kiloRL's ``kilorl train``); writes one J
 object to ``--out``. Torch is pinned to one thread, as kiloRL's learner is, so neither
 side wins by grabbing both cores' BLAS threads.
 
+With ``--eval-every N`` the threshold is on evaluations instead (kiloRL's ``evaluation``
+section, what rl-zoo's reported scores are): every N env steps, right after the training
+phase that consumed them, ``--eval-episodes`` greedy episodes on an env of their own, episode
+k reset with seed ``--eval-seed + k``; their time is left out of ``time_s``.
+
 Usage: ``python benchmarks/sb3_worker.py --env CartPole-v1 --seed 1 --threshold 475
---deadline EPOCH_S --out result.json [--algo dqn]``
+--deadline EPOCH_S --out result.json [--algo dqn] [--eval-every 2560]``
 """
 
 from __future__ import annotations
@@ -69,7 +74,79 @@ def _threshold_callback(threshold: float, window: int, deadline: float) -> Any:
     return ThresholdCallback()
 
 
-def run(env_id: str, seed: int, threshold: float, window: int, deadline: float, algo: str = "ppo") -> dict[str, Any]:
+def greedy_returns(model: Any, env_id: str, episodes: int, seed: int) -> list[float]:
+    """``episodes`` deterministic episodes on a fresh env, episode k reset with ``seed + k``
+    (the seeds kiloRL's evaluation uses)."""
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    returns = []
+    for k in range(episodes):
+        obs, _ = env.reset(seed=seed + k)
+        total, done = 0.0, False
+        while not done:
+            action, _ = model.predict(obs, deterministic=True)
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    env.close()
+    return returns
+
+
+def _eval_callback(env_id: str, threshold: float, every: int, episodes: int, seed: int, deadline: float) -> Any:
+    """Stops training at the first evaluation whose mean reaches ``threshold``."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class EvalThresholdCallback(BaseCallback):
+        """Evaluates at the start of the first rollout past each multiple of ``every`` env
+        steps: SB3 trains at the end of a rollout, so the policy evaluated has trained on
+        every step so far, as kiloRL's (evaluated after the update) has."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.next_due, self.eval_s = every, 0.0
+            self.train_start: float | None = None
+            self.reached: dict[str, float] | None = None
+            self.evaluations: list[tuple[int, float]] = []
+            self.stop_reason = "step_limit"
+            self.returns: deque[float] = deque(maxlen=20)
+            self.episodes = 0
+
+        def _on_training_start(self) -> None:
+            self.train_start = time.time()
+
+        def _on_rollout_start(self) -> None:
+            if self.num_timesteps < self.next_due or self.reached is not None:
+                return
+            while self.next_due <= self.num_timesteps:
+                self.next_due += every
+            t0 = time.time()
+            mean = sum(greedy_returns(self.model, env_id, episodes, seed)) / episodes
+            self.eval_s += time.time() - t0
+            self.evaluations.append((int(self.num_timesteps), mean))
+            if mean >= threshold:
+                self.reached = {"env_steps": int(self.num_timesteps), "at": time.time() - self.eval_s,
+                                "return_mean": mean}
+                self.stop_reason = "threshold"
+
+        def _on_step(self) -> bool:
+            for info in self.locals["infos"]:
+                if info.get("episode") is not None:
+                    self.returns.append(float(info["episode"]["r"]))
+                    self.episodes += 1
+            if self.reached is not None:
+                return False
+            if time.time() >= deadline:
+                self.stop_reason = "budget"
+                return False
+            return True
+
+    return EvalThresholdCallback()
+
+
+def run(env_id: str, seed: int, threshold: float, window: int, deadline: float, algo: str = "ppo",
+        eval_every: int | None = None, eval_episodes: int = 10, eval_seed: int = 2_000_000) -> dict[str, Any]:
     """Train until the threshold, the deadline or rl-zoo's n_timesteps; return the measurements."""
     import torch
 
@@ -88,7 +165,8 @@ def run(env_id: str, seed: int, threshold: float, window: int, deadline: float, 
     cls = DQN if algo == "dqn" else PPO
     model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, stats_window_size=window,
                 policy_kwargs=entry.policy_kwargs or None, **resolve_schedules(entry.algo_kwargs))
-    callback = _threshold_callback(threshold, window, deadline)
+    callback = (_eval_callback(env_id, threshold, eval_every, eval_episodes, eval_seed, deadline) if eval_every
+                else _threshold_callback(threshold, window, deadline))
     model.learn(total_timesteps=entry.n_timesteps, callback=callback)
     end = time.time()
     env.close()
@@ -103,6 +181,8 @@ def run(env_id: str, seed: int, threshold: float, window: int, deadline: float, 
         "zoo_entry": entry.zoo_key,
         "algo": algo,
     }
+    if eval_every:
+        result.update(rule="eval", evaluations=callback.evaluations, eval_s=callback.eval_s)
     if callback.reached is not None:
         result["env_steps"] = callback.reached["env_steps"]
         result["time_s"] = callback.reached["at"] - callback.train_start
@@ -119,8 +199,13 @@ def main() -> int:
     p.add_argument("--deadline", type=float, required=True, help="absolute time.time() to give up at")
     p.add_argument("--out", type=Path, required=True, help="JSON result file")
     p.add_argument("--algo", choices=("ppo", "dqn"), default="ppo", help="SB3 algorithm (its rl-zoo entry)")
+    p.add_argument("--eval-every", type=int,
+                   help="threshold on greedy evaluations every N env steps (default: on training episodes)")
+    p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--eval-seed", type=int, default=2_000_000, help="seed of each evaluation's first episode (kiloRL's default)")
     args = p.parse_args()
-    result = run(args.env, args.seed, args.threshold, args.window, args.deadline, args.algo)
+    result = run(args.env, args.seed, args.threshold, args.window, args.deadline, args.algo,
+                 args.eval_every, args.eval_episodes, args.eval_seed)
     args.out.write_text(json.dumps(result))
     return 0
 

@@ -228,11 +228,14 @@ class Trainer:
             for it in loop:
                 env_steps, iteration = it.env_steps, it.iteration
                 if evals.due(env_steps):
+                    t_eval = time.perf_counter()
                     it.stats.update(evals.run(roles.learners[0], env_steps))
                     if evals.improved and self.cfg.evaluation.keep_best:
                         files = ray.get(roles.learners[0].checkpoint_files.remote())
                         ckpt.save_best(files, {**reporter.checkpoint_meta(env_steps, iteration),
                                                "eval_return_mean": evals.last_mean})
+                    # its own time, so a benchmark can leave evaluations out of the training time
+                    it.stats["eval_s"] = time.perf_counter() - t_eval
                 solved = reporter.observe(it) or evals.reached()
                 if ckpt.due(env_steps):
                     save()

@@ -3,6 +3,7 @@ the goal verdict, the config check. The training runs themselves are the benchma
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,24 @@ def test_goal_verdict_from_a_bound_when_sb3_never_reaches() -> None:
     assert line.endswith("met (<= 0.4).") and "NOT" not in line
     only_sb3 = pvp.summarize([R("kiloRL", "cartpole", 1, False, "budget"), R("SB3", "cartpole", 1, False, "budget")])
     assert "no ratio" in dvp.goal_line(only_sb3)
+
+
+def test_the_eval_rule_takes_the_first_evaluation_at_475_less_every_evaluations_time(tmp_path: Path) -> None:
+    rows = [{"env_steps": 2560, "train_time": 10.0, "wall_time": 15.0, "eval_s": 2.0, "eval_return_mean": 300.0},
+            {"env_steps": 3840, "train_time": 14.0, "wall_time": 19.0, "episodes": 20, "episode_return_mean": 480.0},
+            {"env_steps": 5120, "train_time": 22.0, "wall_time": 27.0, "eval_s": 3.0, "eval_return_mean": 476.0},
+            {"env_steps": 7680, "train_time": 30.0, "wall_time": 35.0, "eval_s": 1.0, "eval_return_mean": 500.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = dvp.kilorl_eval_result(1, tmp_path, 0, False)
+    assert (r.reached, r.stop_reason, r.env_steps) == (True, "threshold", 5120)
+    assert (r.time_s, r.time_incl_startup_s) == (22.0 - 5.0, 27.0 - 5.0)  # the rolling 480 at 3,840 does not count
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    missed = dvp.kilorl_eval_result(1, tmp_path, 0, False)
+    assert (missed.reached, missed.stop_reason, missed.time_s) == (False, "step_limit", None)
+
+
+def test_the_eval_rule_stops_kilorl_on_evaluations_not_on_training_episodes() -> None:
+    cfg = load_config(str(EXAMPLE), ["train.stop_return=475", *dvp.eval_overrides(2560)])
+    e = cfg.evaluation
+    assert (e.every_env_steps, e.episodes, e.stop_return, e.stop_consecutive) == (2560, 10, 475.0, 1)
+    assert cfg.train.stop_return is None and not e.keep_best

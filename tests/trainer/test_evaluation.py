@@ -21,6 +21,10 @@ def test_evaluations_are_reported_once_per_cadence_step(ray_local, tmp_path):
     rows = [r for r in read_metrics(tmp_path / "run") if "eval_return_mean" in r]
     assert [r["env_steps"] for r in rows] == [512, 1024, 1536, 2048]
     assert all(r["eval_return_min"] <= r["eval_return_mean"] and r["eval_return_min"] >= 1 for r in rows)
+    # each evaluation's own time, within the training time of its row (benchmarks leave it out)
+    assert all(0 < r["eval_s"] < r["train_time"] for r in rows)
+    assert sum(r["eval_s"] for r in rows) < rows[-1]["train_time"]
+    assert not any("eval_s" in r for r in read_metrics(tmp_path / "run") if "eval_return_mean" not in r)
     assert result.env_steps == 2048 and result.eval_return_mean == rows[-1]["eval_return_mean"]
 
 
