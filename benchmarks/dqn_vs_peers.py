@@ -212,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     results = run_pairs(args.seeds, args.frameworks, args.config, args.budget_s, work, overrides, eval_every)
     summary = pvp.summarize(results)
     shown = pvp._shown(args.config)
-    print(pvp.markdown(ENV, results, summary, args.budget_s, shown, overrides, peer=PEER) + "\n", flush=True)
+    rule = (f"the first greedy evaluation ({EVAL_EPISODES} episodes every {eval_every:,} env steps) at a mean of "
+            f"{ENV.threshold:g}") if eval_every else None
+    print(pvp.markdown(ENV, results, summary, args.budget_s, shown, overrides, peer=PEER, rule=rule) + "\n", flush=True)
     goal = goal_line(summary) if "ratio" in summary else None
     if goal:
         print(goal + "\n", flush=True)

@@ -339,10 +339,13 @@ def _fmt(v: float | None, digits: int = 1, thousands: bool = False) -> str:
 
 
 def markdown(env: BenchEnv, results: list[RunResult], summary: dict[str, Any], budget_s: float,
-             kilorl_config: str = "", overrides: list[str] = (), peer: str = "rl-zoo PPO entry") -> str:
+             kilorl_config: str = "", overrides: list[str] = (), peer: str = "rl-zoo PPO entry",
+             rule: str | None = None) -> str:
+    """The run's tables; ``rule`` names the threshold rule in the heading (default: the rolling mean)."""
     seeds = sorted({r.seed for r in results})
+    rule = rule or f"a {WINDOW}-episode rolling mean of {env.threshold:g}"
     lines = [
-        f"### {env.gym_id}: time to a {WINDOW}-episode rolling mean of {env.threshold:g}",
+        f"### {env.gym_id}: time to {rule}",
         f"seeds {', '.join(map(str, seeds))}; budget {budget_s:g} s per run; medians count runs that "
         f"did not reach the threshold as infinitely slow.",
         f"kiloRL: `{kilorl_config}`" + "".join(f" `-o {o}`" for o in overrides) + f"; SB3: {peer}.",

@@ -61,6 +61,9 @@ def test_goal_verdict_on_the_median_time_ratio(k_time: float, verdict: str) -> N
     assert dvp.goal_line(summary).endswith(verdict + ".")
     table = pvp.markdown(dvp.ENV, results, summary, 600, "examples/cartpole_dqn.yaml", list(dvp.NO_EVALUATION), peer=dvp.PEER)
     assert "SB3: rl-zoo DQN entry" in table and "`-o evaluation.every_env_steps=null`" in table
+    assert "time to a 20-episode rolling mean of 475" in table
+    by_eval = pvp.markdown(dvp.ENV, results, summary, 600, "x.yaml", [], peer=dvp.PEER, rule="the first greedy evaluation at 475")
+    assert "time to the first greedy evaluation at 475" in by_eval and "rolling" not in by_eval.splitlines()[0]
 
 
 def test_goal_verdict_from_a_bound_when_sb3_never_reaches() -> None:
