@@ -14,7 +14,7 @@ from kilorl.store.client.replay import encode_chunk
 from kilorl.store.client.replay_shards import ShardedTable
 from kilorl.store.replay.spec import make_spec
 
-ROW = {"obs": ((4,), np.float32), "action": ((), np.int64), "reward": ((), np.float32)}
+ROW = {"obs": ((16,), np.float32), "action": ((), np.int64), "reward": ((), np.float32)}
 CALL_TIMEOUT_S = 30.0
 """A blocked call's deadline: far above any wait the rate limiter should impose."""
 
@@ -22,7 +22,7 @@ CALL_TIMEOUT_S = 30.0
 def rows(start: int, n: int, rng: np.random.Generator | None = None) -> dict[str, np.ndarray]:
     """``n`` rows whose values encode their insert position (``obs[:, 0]``) plus noise."""
     rng = rng or np.random.default_rng(start)
-    obs = rng.standard_normal((n, 4)).astype(np.float32)
+    obs = rng.standard_normal((n, 16)).astype(np.float32)
     obs[:, 0] = np.arange(start, start + n)
     return {"obs": obs, "action": rng.integers(0, 2, n), "reward": rng.standard_normal(n).astype(np.float32)}
 
@@ -33,7 +33,7 @@ def test_sampled_rows_are_bit_exact_copies_of_inserted_ones(client, compression)
         pytest.importorskip("lz4")
     frames = {"frame": ((84, 84), np.uint8), "reward": ((), np.float32)}
     t = client.replay_tables
-    t.create(make_spec("frames", frames, 64, compression=compression))
+    t.create(make_spec("frames", frames, 64, compression=compression, chunk_length=6))
     rng = np.random.default_rng(0)
     inserted = []
     for _ in range(4):  # Atari-like: mostly flat with a few edges, compresses well
@@ -55,7 +55,7 @@ def test_sampled_rows_are_bit_exact_copies_of_inserted_ones(client, compression)
 
 def test_fifo_eviction_drops_the_oldest_rows_and_empty_chunks(client):
     t = client.replay_tables
-    t.create(make_spec("fifo", ROW, 10, compression="zstd"))
+    t.create(make_spec("fifo", ROW, 10, compression="zstd", chunk_length=4))
     for start in (0, 4, 8):
         t.insert("fifo", rows(start, 4))
     info = t.info("fifo")
@@ -175,18 +175,20 @@ def test_a_bad_chunk_is_refused_by_name_and_the_worker_serves_on(client):
     t.create(spec)
     n, parts, bufs = encode_chunk(spec, rows(0, 5))
     with pytest.raises(InvalidRequest, match=r"'zt', chunk 'actor0/1'.*missing \['reward'\]"):
-        t.insert_encoded("zt", "actor0/1", n, parts[:2], bufs[:2])
-    corrupt = [bytes(bufs[0]), bytes(bufs[1][:-3]) + b"xyz", bytes(bufs[2])]
-    with pytest.raises(InvalidRequest, match=r"'zt', chunk 'actor0/2', column 'action': corrupt zstd"):
-        t.insert_encoded("zt", "actor0/2", n, parts, corrupt)
-    with pytest.raises(InvalidRequest, match=r"'zt', chunk 'actor0/3', column 'obs': .*needs 80"):
-        t.insert_encoded("zt", "actor0/3", n, [{**parts[0], "raw_nbytes": 64}, *parts[1:]], bufs)
+        t.insert_encoded("zt", [{"key": "actor0/1", "rows": n, "columns": parts[:2]}], bufs[:2])
+    corrupt = [bytes(bufs[0][:-3]) + b"xyz", bytes(bufs[1]), bytes(bufs[2])]
+    good_then_bad = [{"key": "actor0/2a", "rows": n, "columns": parts}, {"key": "actor0/2", "rows": n, "columns": parts}]
+    with pytest.raises(InvalidRequest, match=r"'zt', chunk 'actor0/2', column 'obs': corrupt zstd"):
+        t.insert_encoded("zt", good_then_bad, [*bufs, *corrupt])
+    with pytest.raises(InvalidRequest, match=r"'zt', chunk 'actor0/3', column 'obs': .*needs 320"):
+        t.insert_encoded("zt", [{"key": "actor0/3", "rows": n, "columns": [{**parts[0], "raw_nbytes": 64}, *parts[1:]]}],
+                         bufs)
     with pytest.raises(InvalidRequest, match="column 'obs': got float64"):
-        t.insert("zt", {**rows(0, 5), "obs": np.zeros((5, 4))})
+        t.insert("zt", {**rows(0, 5), "obs": np.zeros((5, 16))})
     with pytest.raises(KeyNotFound, match="'nope'"):
         t.sample("nope", 4)
-    assert t.info("zt")["rows"] == 0  # nothing of the refused chunks was kept
-    assert t.sample("good", 4).columns["obs"].shape == (4, 4)  # same connection, other table
+    assert t.info("zt")["rows"] == 0  # nothing of a refused insert was kept, its good chunk neither
+    assert t.sample("good", 4).columns["obs"].shape == (4, 16)  # same connection, other table
     t.insert("zt", rows(0, 5))
     assert t.info("zt")["rows"] == 5
 

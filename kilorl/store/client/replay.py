@@ -58,10 +58,18 @@ def encode_chunk(spec: TableSpec, columns: Mapping[str, np.ndarray]) -> tuple[in
             raise InvalidRequest(f"replay table {spec.name!r}, column {c.name!r}: {a.shape[0]} rows, "
                                  f"other columns have {rows}")
         raw = np.ascontiguousarray(a)
-        blob = codec.compress(raw, spec.compression, spec.compression_level)
-        parts.append({"name": c.name, "codec": spec.compression, "nbytes": len(blob), "raw_nbytes": raw.nbytes})
+        name = spec.compression if spec.packed(c) else "none"
+        blob = codec.compress(raw, name, spec.compression_level)
+        parts.append({"name": c.name, "codec": name, "nbytes": len(blob), "raw_nbytes": raw.nbytes})
         bufs.append(blob)
     return int(rows or 0), parts, bufs
+
+
+def _rows(spec: TableSpec, columns: Mapping[str, np.ndarray]) -> int:
+    names = [c.name for c in spec.columns]
+    if set(columns) != set(names):
+        raise InvalidRequest(f"replay table {spec.name!r}: columns {sorted(columns)} do not match the table's {names}")
+    return len(columns[names[0]])
 
 
 class ReplayTables:
@@ -86,17 +94,24 @@ class ReplayTables:
 
     def insert(self, table: str, columns: Mapping[str, np.ndarray], *, key: str | None = None,
                priorities: np.ndarray | None = None, timeout: float | None = None) -> int:
-        """Inserts one chunk of consecutive rows; blocks while the rate limiter holds inserts
-        back (``StoreTimeout`` after ``timeout``). Returns the chunk's first row id."""
-        rows, parts, bufs = encode_chunk(self.spec(table), columns)
-        return self.insert_encoded(table, key or f"{os.getpid()}/{next(_keys)}", rows, parts, bufs,
-                                   priorities, timeout)
+        """Inserts consecutive rows in one request, cut into chunks of the table's
+        ``chunk_length`` rows when it is compressed; blocks while the rate limiter holds
+        inserts back (``StoreTimeout`` after ``timeout``). Returns the first row id."""
+        spec = self.spec(table)
+        key = key or f"{os.getpid()}/{next(_keys)}"
+        n = _rows(spec, columns)
+        step = spec.chunk_length if spec.compression != "none" else max(1, n)
+        chunks, bufs = [], []
+        for j, lo in enumerate(range(0, n, step)):
+            rows, parts, b = encode_chunk(spec, {k: v[lo:lo + step] for k, v in columns.items()})
+            chunks.append({"key": f"{key}/{j}", "rows": rows, "columns": parts})
+            bufs.extend(b)
+        return self.insert_encoded(table, chunks, bufs, priorities, timeout)
 
-    def insert_encoded(self, table: str, key: str, rows: int, parts: list[dict[str, Any]], buffers: list[Any],
+    def insert_encoded(self, table: str, chunks: list[dict[str, Any]], buffers: list[Any],
                        priorities: np.ndarray | None = None, timeout: float | None = None) -> int:
-        """Sends an already encoded chunk (``encode_chunk``) as it is."""
-        header = {"op": "replay.insert", "table": table, "key": key, "rows": rows, "columns": parts,
-                  "timeout": timeout}
+        """Sends already encoded chunks (``[{key, rows, columns}]`` from ``encode_chunk``) as they are."""
+        header = {"op": "replay.insert", "table": table, "chunks": chunks, "timeout": timeout}
         bufs = list(buffers)
         if priorities is not None:
             header["priorities"] = True

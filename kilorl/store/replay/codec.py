@@ -1,7 +1,8 @@
 """Per-column compression of a chunk: zstd (declared dependency), lz4 (optional), none.
 
 Each column of a chunk is compressed on its own: columns differ in what compresses (frames
-of a game, floats of a state), and a sample needing one column decodes only it.
+of a game, floats of a state), and a sample needing one column decodes only it. Frames carry
+a content checksum (4 bytes), so a corrupt chunk is refused rather than sampled.
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ def compress(data: Any, codec: str, level: int = 3) -> bytes | memoryview:
         cache = _local.__dict__.setdefault("zc", {})
         c = cache.get(level)
         if c is None:
-            c = cache[level] = _zstd().ZstdCompressor(level=level)
+            c = cache[level] = _zstd().ZstdCompressor(level=level, write_checksum=True)
         return c.compress(data)
     if codec == "lz4":
-        return _lz4().compress(data, compression_level=level)
+        return _lz4().compress(data, compression_level=level, content_checksum=True)
     raise InvalidRequest(f"compression: unknown codec {codec!r}")
 
 

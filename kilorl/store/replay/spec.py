@@ -15,6 +15,9 @@ import numpy as np
 from kilorl.store.errors import InvalidRequest
 
 CODECS = ("none", "zstd", "lz4")
+PACKED_MIN_ROW_BYTES = 64
+"""A column of a compressed table is compressed only when one row of it holds at least this
+many bytes: below, a codec saves next to nothing and costs a decode for every sampled row."""
 SAMPLERS = ("uniform", "prioritized")
 
 
@@ -57,6 +60,9 @@ class TableSpec:
     """Codec of every stored column: ``none``, ``zstd`` or ``lz4``."""
     compression_level: int = 3
     """The codec's level (zstd 1-22; lz4 0-16)."""
+    chunk_length: int = 16
+    """Rows per encoded chunk of a compressed table: a client cuts an insert into chunks of
+    this many rows (more compress better; a sample decodes a whole chunk per row it takes)."""
     sampler: str = "uniform"
     """``uniform`` or ``prioritized`` (probability ∝ priority ** ``alpha``)."""
     alpha: float = 0.6
@@ -64,6 +70,10 @@ class TableSpec:
     limiter: LimiterSpec = field(default_factory=LimiterSpec)
     seed: int = 0
     """Seed of the table's sampling generator."""
+
+    def packed(self, column: ColumnSpec) -> bool:
+        """Whether ``column`` is kept encoded (else raw in the table's ring of rows)."""
+        return self.compression != "none" and column.row_nbytes >= PACKED_MIN_ROW_BYTES
 
     def column(self, name: str) -> ColumnSpec:
         for c in self.columns:
@@ -78,7 +88,8 @@ class TableSpec:
     def to_wire(self) -> dict[str, Any]:
         lim = self.limiter
         return {"name": self.name, "capacity": self.capacity, "compression": self.compression,
-                "compression_level": self.compression_level, "sampler": self.sampler, "alpha": self.alpha,
+                "compression_level": self.compression_level, "chunk_length": self.chunk_length,
+                "sampler": self.sampler, "alpha": self.alpha,
                 "seed": self.seed,
                 "columns": [{"name": c.name, "shape": list(c.shape), "dtype": c.dtype} for c in self.columns],
                 "limiter": {"samples_per_insert": lim.samples_per_insert,
@@ -89,7 +100,7 @@ class TableSpec:
         """Validates a wire dict; ``InvalidRequest`` names the field at fault."""
         if not isinstance(d, dict):
             raise InvalidRequest(f"table: expected a dict, got {type(d).__name__}")
-        unknown = set(d) - {"name", "capacity", "compression", "compression_level", "sampler", "alpha", "seed",
+        unknown = set(d) - {"name", "capacity", "compression", "compression_level", "chunk_length", "sampler", "alpha", "seed",
                             "columns", "limiter"}
         if unknown:
             raise InvalidRequest(f"table.{sorted(unknown)[0]}: unknown field")
@@ -102,6 +113,7 @@ class TableSpec:
         cols = tuple(_column(c, i) for i, c in enumerate(columns))
         spec = cls(name=d.get("name"), columns=cols, capacity=d.get("capacity"),
                    compression=d.get("compression", "none"), compression_level=d.get("compression_level", 3),
+                   chunk_length=d.get("chunk_length", 16),
                    sampler=d.get("sampler", "uniform"), alpha=d.get("alpha", 0.6), seed=d.get("seed", 0),
                    limiter=LimiterSpec(lim.get("samples_per_insert"), lim.get("min_size_to_sample", 1),
                                        lim.get("tolerance")))
@@ -117,6 +129,8 @@ class TableSpec:
             raise InvalidRequest(f"table.compression: must be one of {CODECS}, got {self.compression!r}")
         if not isinstance(self.compression_level, int):
             raise InvalidRequest(f"table.compression_level: must be an integer, got {self.compression_level!r}")
+        if not isinstance(self.chunk_length, int) or self.chunk_length < 1:
+            raise InvalidRequest(f"table.chunk_length: must be a positive integer, got {self.chunk_length!r}")
         if self.sampler not in SAMPLERS:
             raise InvalidRequest(f"table.sampler: must be one of {SAMPLERS}, got {self.sampler!r}")
         if not isinstance(self.alpha, (int, float)) or not 0 <= self.alpha <= 10:

@@ -2,9 +2,10 @@
 
 Rows arrive in chunks (consecutive rows, each column encoded on its own) and take the next
 ``rows`` slots of a ring of ``capacity``; the slots they overwrite are evicted, and a chunk
-goes once none of its rows is live. Uncompressed tables keep their rows in preallocated
-ring columns (a sample is one gather per column); compressed tables keep the encoded
-chunks, and a sample decodes each chunk it touches once, outside the table's lock.
+goes once none of its rows is live. Raw columns (every column of an uncompressed table,
+and the narrow ones of a compressed table, ``TableSpec.packed``) live in preallocated ring
+columns: a sample is one gather per column. Packed columns keep the encoded chunks, and a
+sample decodes each chunk it touches once, outside the table's lock.
 
 Every row has an id (its insert position over the table's life): a priority update names
 ids, so an update for a row evicted meanwhile is recognised and skipped.
@@ -49,6 +50,16 @@ class Chunk:
 
 
 @dataclass
+class Decoded:
+    """An arriving chunk, checked: its decoded columns, and what a compressed table keeps."""
+
+    key: str
+    rows: int
+    columns: dict[str, np.ndarray]
+    blobs: dict[str, tuple[str, bytes]]
+
+
+@dataclass
 class Sample:
     columns: dict[str, np.ndarray]
     ids: np.ndarray
@@ -74,21 +85,22 @@ class Table:
         self.insert_calls = self.sample_calls = 0
         self.tree = SumTree(cap) if spec.sampler == "prioritized" else None
         self.max_priority = 1.0
-        self.compressed = spec.compression != "none"
+        self.packed = [c for c in spec.columns if spec.packed(c)]
+        self.compressed = bool(self.packed)
+        self.ring = {c.name: np.zeros((cap, *c.shape), c.dtype) for c in spec.columns if not spec.packed(c)}
+        self.ring_row_nbytes = sum(c.row_nbytes for c in spec.columns if not spec.packed(c))
+        self.chunks: dict[int, Chunk] = {}
+        self.stored_bytes = 0
+        """Encoded bytes of the live chunks' packed columns."""
         if self.compressed:
             self.slot_chunk = np.full(cap, -1, np.int64)
             self.slot_offset = np.zeros(cap, np.int64)
-            self.chunks: dict[int, Chunk] = {}
             self.next_chunk = 0
-            self.stored_bytes = 0
-        else:
-            self.ring = {c.name: np.zeros((cap, *c.shape), c.dtype) for c in spec.columns}
 
     # ---- inserting ----------------------------------------------------------------------
-    def decode_chunk(self, key: str, rows: int, parts: list[ColumnPart], payload: memoryview,
-                     ) -> tuple[dict[str, np.ndarray], dict[str, tuple[str, bytes]]]:
+    def decode_chunk(self, key: str, rows: int, parts: list[ColumnPart], payload: memoryview) -> Decoded:
         """Checks a chunk against the schema and decodes every column; errors name table,
-        key and column. Returns (decoded columns, encoded blobs to keep)."""
+        key and column. Keeps the encoded blobs of a compressed table."""
         spec, where = self.spec, f"replay table {self.spec.name!r}, chunk {key!r}"
         if not isinstance(rows, int) or not 1 <= rows <= spec.capacity:
             raise InvalidRequest(f"{where}: rows must be in [1, capacity {spec.capacity}], got {rows!r}")
@@ -116,46 +128,53 @@ class Table:
             except (ValueError, InvalidRequest) as exc:
                 raise InvalidRequest(f"{where}, column {p.name!r}: corrupt {p.codec} data ({exc})") from None
             decoded[p.name] = np.frombuffer(raw, col.dtype).reshape(rows, *col.shape)
-            if self.compressed:
+            if spec.packed(col):
                 blobs[p.name] = (p.codec, bytes(blob) if p.codec != "none" else bytes(raw))
-        return decoded, blobs
+        return Decoded(key, rows, decoded, blobs)
 
-    def insert(self, key: str, rows: int, decoded: dict[str, np.ndarray], blobs: dict[str, tuple[str, bytes]],
-               priorities: np.ndarray | None, timeout: float | None) -> int:
-        """Stores a decoded chunk once the rate limiter admits it; returns its first row id."""
-        if priorities is not None and (priorities.shape != (rows,) or np.any(priorities < 0)
+    def insert(self, chunks: list[Decoded], priorities: np.ndarray | None, timeout: float | None) -> int:
+        """Stores decoded chunks (consecutive rows, in order) once the rate limiter admits
+        them, all under one admission; returns the first row id."""
+        total = sum(c.rows for c in chunks)
+        if total > self.spec.capacity:
+            raise InvalidRequest(f"replay table {self.spec.name!r}: {total} rows in one insert exceed capacity "
+                                 f"{self.spec.capacity}")
+        if priorities is not None and (priorities.shape != (total,) or np.any(priorities < 0)
                                        or not np.all(np.isfinite(priorities))):
-            raise InvalidRequest(f"replay table {self.spec.name!r}, chunk {key!r}: priorities must be {rows} "
-                                 "finite numbers >= 0")
+            raise InvalidRequest(f"replay table {self.spec.name!r}, chunk {chunks[0].key!r}: priorities must be "
+                                 f"{total} finite numbers >= 0")
         with self.cond:
             self._wait(lambda: self.limiter.can_insert(self.size), timeout, "insert")
             first = self.next_id
-            ids = first + np.arange(rows, dtype=np.int64)
-            slots = ids % self.spec.capacity
-            self._evict(slots)
-            self.slot_id[slots] = ids
-            if self.compressed:
-                cid = self.next_chunk
-                self.next_chunk += 1
-                nbytes = sum(len(b) for _, b in blobs.values())
-                self.chunks[cid] = Chunk(key, rows, blobs, rows, nbytes)
-                self.stored_bytes += nbytes
-                self.slot_chunk[slots] = cid
-                self.slot_offset[slots] = np.arange(rows)
-            else:
-                for name, ring in self.ring.items():
-                    ring[slots] = decoded[name]
+            for c in chunks:
+                self._store(c)
             if self.tree is not None:
-                p = priorities if priorities is not None else np.full(rows, self.max_priority)
-                if rows and p.size:
-                    self.max_priority = max(self.max_priority, float(p.max()))
+                slots = (first + np.arange(total, dtype=np.int64)) % self.spec.capacity
+                p = priorities if priorities is not None else np.full(total, self.max_priority)
+                self.max_priority = max(self.max_priority, float(p.max()))
                 self.tree.set(slots, p ** self.spec.alpha)
-            self.next_id += rows
-            self.size = min(self.spec.capacity, self.size + rows)
             self.insert_calls += 1
-            self.limiter.inserted_rows(rows)
+            self.limiter.inserted_rows(total)
             self.cond.notify_all()
         return first
+
+    def _store(self, c: Decoded) -> None:
+        ids = self.next_id + np.arange(c.rows, dtype=np.int64)
+        slots = ids % self.spec.capacity
+        self._evict(slots)
+        self.slot_id[slots] = ids
+        if self.compressed:
+            cid = self.next_chunk
+            self.next_chunk += 1
+            nbytes = sum(len(b) for _, b in c.blobs.values())
+            self.chunks[cid] = Chunk(c.key, c.rows, c.blobs, c.rows, nbytes)
+            self.stored_bytes += nbytes
+            self.slot_chunk[slots] = cid
+            self.slot_offset[slots] = np.arange(c.rows)
+        for name, ring in self.ring.items():
+            ring[slots] = c.columns[name]
+        self.next_id += c.rows
+        self.size = min(self.spec.capacity, self.size + c.rows)
 
     def _evict(self, slots: np.ndarray) -> None:
         if not self.compressed:
@@ -191,16 +210,15 @@ class Table:
             ids = self.slot_id[slots]
             self.limiter.sampled_rows(batch)
             self.sample_calls += 1
+            columns = {name: ring[slots] for name, ring in self.ring.items()}
             if self.compressed:
                 cids = self.slot_chunk[slots]
                 offsets = self.slot_offset[slots]
                 uniq, inverse = np.unique(cids, return_inverse=True)
                 chunks = [self.chunks[c] for c in uniq.tolist()]
-            else:
-                columns = {name: ring[slots] for name, ring in self.ring.items()}
             self.cond.notify_all()
         if self.compressed:  # decode outside the lock: inserts and other samples go on
-            columns = self._gather(chunks, inverse, offsets)
+            columns.update(self._gather(chunks, inverse, offsets))
         return Sample(columns, ids, probs, size, total)
 
     def _gather(self, chunks: list[Chunk], inverse: np.ndarray, offsets: np.ndarray) -> dict[str, np.ndarray]:
@@ -208,7 +226,7 @@ class Table:
         np.cumsum([c.rows for c in chunks[:-1]], out=starts[1:])
         rows = starts[inverse] + offsets
         out = {}
-        for col in self.spec.columns:
+        for col in self.packed:
             raws = []
             for ch in chunks:
                 name, blob = ch.blobs[col.name]
@@ -265,7 +283,7 @@ class Table:
     def stats(self) -> dict[str, Any]:
         with self.cond:
             raw = self.size * self.spec.row_nbytes
-            stored = self.stored_bytes if self.compressed else raw
+            stored = self.stored_bytes + self.size * self.ring_row_nbytes
             return {"name": self.spec.name, "rows": self.size, "capacity": self.spec.capacity,
                     "inserted_rows": self.next_id, "insert_calls": self.insert_calls,
                     "sampled_rows": self.limiter.sampled, "sample_calls": self.sample_calls,

@@ -105,29 +105,47 @@ def describe(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     return Reply({"table": _service(w).table(h.get("table")).spec.to_wire()})
 
 
-@OPS.op("replay.insert")
-def insert(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
-    table = _service(w).table(h.get("table"))
-    key, rows = arg(h, "key", str), arg(h, "rows", int)
+def _parts(table: Table, key: str, columns: Any) -> list[ColumnPart]:
+    where = f"replay table {table.spec.name!r}, chunk {key!r}"
+    if not isinstance(columns, list):
+        raise InvalidRequest(f"{where}: columns: expected a list")
     parts = []
-    for c in arg(h, "columns", list):
-        if not isinstance(c, dict):
-            raise InvalidRequest(f"replay table {table.spec.name!r}, chunk {key!r}: columns: expected dicts")
+    for c in columns:
         try:
             parts.append(ColumnPart(str(c["name"]), str(c["codec"]), int(c["nbytes"]), int(c["raw_nbytes"])))
         except (KeyError, TypeError, ValueError):
-            raise InvalidRequest(f"replay table {table.spec.name!r}, chunk {key!r}: column entry {c!r} needs "
-                                 "name, codec, nbytes, raw_nbytes") from None
+            raise InvalidRequest(f"{where}: column entry {c!r} needs name, codec, nbytes, raw_nbytes") from None
+    return parts
+
+
+@OPS.op("replay.insert")
+def insert(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    """Chunks of consecutive rows (``chunks``: [{key, rows, columns}], their encoded columns
+    one after another in the payload, then the rows' float64 priorities if ``priorities``)."""
+    table = _service(w).table(h.get("table"))
+    specs = arg(h, "chunks", list)
+    if not specs or not all(isinstance(c, dict) for c in specs):
+        raise InvalidRequest(f"replay table {table.spec.name!r}: chunks: expected a non-empty list of "
+                             "{key, rows, columns}")
     payload = memoryview(conn.fs.read_payload())
+    chunks, off = [], 0
+    for c in specs:
+        key, rows = arg(c, "key", str), arg(c, "rows", int)
+        parts = _parts(table, key, c.get("columns"))
+        n = sum(p.nbytes for p in parts)
+        chunks.append(table.decode_chunk(key, rows, parts, payload[off:off + n]))
+        off += n
     priorities = None
     if h.get("priorities"):
-        n = 8 * rows if isinstance(rows, int) and rows > 0 else 0
-        if len(payload) < n:
-            raise InvalidRequest(f"replay table {table.spec.name!r}, chunk {key!r}: priorities missing")
-        priorities = np.frombuffer(payload[len(payload) - n:], np.float64)
-        payload = payload[:len(payload) - n]
-    decoded, blobs = table.decode_chunk(key, rows, parts, payload)
-    return Reply({"first_id": table.insert(key, rows, decoded, blobs, priorities, _timeout(h))})
+        total = sum(c.rows for c in chunks)
+        if len(payload) - off != 8 * total:
+            raise InvalidRequest(f"replay table {table.spec.name!r}, chunk {chunks[0].key!r}: expected {total} "
+                                 f"float64 priorities after the columns, got {len(payload) - off} bytes")
+        priorities = np.frombuffer(payload[off:], np.float64)
+    elif off != len(payload):
+        raise InvalidRequest(f"replay table {table.spec.name!r}, chunk {chunks[-1].key!r}: payload holds "
+                             f"{len(payload)} bytes, the columns declare {off}")
+    return Reply({"first_id": table.insert(chunks, priorities, _timeout(h))})
 
 
 @OPS.op("replay.sample")
