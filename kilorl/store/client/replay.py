@@ -95,12 +95,12 @@ class ReplayTables:
     def insert(self, table: str, columns: Mapping[str, np.ndarray], *, key: str | None = None,
                priorities: np.ndarray | None = None, timeout: float | None = None) -> int:
         """Inserts consecutive rows in one request, cut into chunks of the table's
-        ``chunk_length`` rows when it is compressed; blocks while the rate limiter holds
+        ``chunk_length`` rows when it keeps a column encoded (``TableSpec.packed``); blocks while the rate limiter holds
         inserts back (``StoreTimeout`` after ``timeout``). Returns the first row id."""
         spec = self.spec(table)
         key = key or f"{os.getpid()}/{next(_keys)}"
         n = _rows(spec, columns)
-        step = spec.chunk_length if spec.compression != "none" else max(1, n)
+        step = spec.chunk_length if any(spec.packed(c) for c in spec.columns) else max(1, n)
         chunks, bufs = [], []
         for j, lo in enumerate(range(0, n, step)):
             rows, parts, b = encode_chunk(spec, {k: v[lo:lo + step] for k, v in columns.items()})
