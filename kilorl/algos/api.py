@@ -184,6 +184,10 @@ class ReplaySource(abc.ABC):
     inserted_env_steps: int = 0
     """Env steps inserted into the table so far (the learner's rate: gradient steps per insert)."""
 
+    def stats(self) -> dict[str, float]:
+        """The table's own metrics for the iteration's row (size, bytes, blocked time); none by default."""
+        return {}
+
 
 class AlgorithmLearner(abc.ABC):
     """An algorithm's update rule: owns its networks and optimizers, turns data into steps."""

@@ -38,6 +38,16 @@ class StoreReplayStorage:
     def __len__(self) -> int:
         return len(self.table)
 
+    def stats(self) -> dict[str, float]:
+        """The metric row's replay fields, all shards together (one request per shard)."""
+        info = self.table.info()
+        return {"replay_stored_bytes": float(info["stored_bytes"]), "replay_raw_bytes": float(info["raw_bytes"]),
+                "replay_compression_ratio": float(info["compression_ratio"]),
+                "replay_inserted_rows": float(info["inserted_rows"]), "replay_sampled_rows": float(info["sampled_rows"]),
+                "replay_blocked_insert_s": float(info["blocked_insert_s"]),
+                "replay_blocked_sample_s": float(info["blocked_sample_s"]),
+                "replay_shards": float(len(info["shards"]))}
+
     def close(self) -> None:
         self.table.close()
         for c in self.clients:

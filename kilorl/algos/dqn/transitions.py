@@ -78,3 +78,7 @@ class TransitionTable(ReplaySource):
 
     def sample(self, batch_size: int) -> dict[str, np.ndarray]:
         return self.table.sample(batch_size)
+
+    def stats(self) -> dict[str, float]:
+        stats = getattr(self.table, "stats", None)  # a store table reports its own; a RingTable none
+        return stats() if callable(stats) else {}

@@ -202,6 +202,9 @@ class Table:
             total = None
             if self.tree is not None:
                 total = self.tree.total
+                if total <= 0:
+                    raise InvalidRequest(f"replay table {self.spec.name!r}: every row's priority is 0, "
+                                         "nothing can be sampled")
                 slots = self.tree.sample(self.rng, batch)
                 probs = self.tree.get(slots) / total
             else:
