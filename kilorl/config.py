@@ -18,6 +18,7 @@ from kilorl.algos.ppo.config import PPOConfig
 from kilorl.algos.registry import get as algo_spec
 from kilorl.algos.registry import names as algo_names
 from kilorl.comm.config import CompressionConfig
+from kilorl.config_replay import ReplayBufferConfig
 from kilorl.config_scale import StoreSection, SyncSection
 from kilorl.config_section import Section as _Section
 from kilorl.monitor.settings import MonitorConfig
@@ -229,6 +230,9 @@ class Config(_Section):
     """How actors follow parameter versions (sync, async, hybrid) and their durability."""
     monitor: MonitorConfig = Field(default_factory=MonitorConfig)
     """Prometheus metrics from every role and memory-leak detection (docs/monitor.md); off by default."""
+    replay_buffer: ReplayBufferConfig | None = None
+    """A replay algorithm's table in the store workers (sharded, optionally compressed); None:
+    in the learner's process. Only for algorithms on the replay data path."""
 
     @model_validator(mode="before")
     @classmethod
@@ -255,6 +259,9 @@ class Config(_Section):
         if spec.data_path in ("replay", "queue") and self.sync.mode == "sync":
             raise ValueError(f"sync.mode=sync: algo.name={self.algo.name} is on the {spec.data_path} data path, "
                              "whose env runners take the newest version without waiting (use async)")
+        if self.replay_buffer is not None and spec.data_path != "replay":
+            raise ValueError(f"replay_buffer: algo.name={self.algo.name} is on the {spec.data_path} data path, "
+                             "which keeps no replay table (remove the section or pick a replay algorithm)")
         if spec.data_path == "replay":
             for field in ("normalize_obs", "normalize_reward"):
                 if getattr(self.env, field):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -135,6 +135,9 @@ class LearnerContext:
     gradient_accumulation_steps: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
     """Anything else a data path hands its algorithm (kept small)."""
+    replay_storage: ReplayStorageFactory | None = None
+    """Where a replay algorithm keeps its table's rows (the run's ``replay_buffer`` section:
+    the store workers); None: in this process (``kilorl.algos.common.RingTable``)."""
 
 
 class RolloutBatch:
@@ -145,6 +148,21 @@ class RolloutBatch:
 
     def rollout(self) -> Rollout:
         return self._rollout
+
+
+class ReplayStorage(Protocol):
+    """Rows of a fixed schema, FIFO at capacity, sampled uniformly: what ``RingTable`` does in
+    the learner's process and the store's replay tables do in the store workers."""
+
+    def insert(self, rows: Mapping[str, np.ndarray]) -> None: ...
+
+    def sample(self, batch_size: int) -> dict[str, np.ndarray]: ...
+
+    def __len__(self) -> int: ...
+
+
+ReplayStorageFactory = Callable[[str, Mapping[str, tuple[tuple[int, ...], Any]], int, int], ReplayStorage]
+"""``factory(table name, schema {column: (row shape, dtype)}, capacity, seed) -> ReplayStorage``."""
 
 
 class ReplaySource(abc.ABC):
@@ -165,6 +183,10 @@ class ReplaySource(abc.ABC):
 
     inserted_env_steps: int = 0
     """Env steps inserted into the table so far (the learner's rate: gradient steps per insert)."""
+
+    def stats(self) -> dict[str, float]:
+        """The table's own metrics for the iteration's row (size, bytes, blocked time); none by default."""
+        return {}
 
 
 class AlgorithmLearner(abc.ABC):

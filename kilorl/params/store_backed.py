@@ -78,6 +78,8 @@ class StoreParameterStore:
         if max_gap < 0:
             raise ValueError(f"max_gap must be >= 0, got {max_gap}")
         self._connect = connect
+        self.connect = connect
+        """The client factory (this process's node worker), for other users of the same workers."""
         self.num_shards = num_shards
         self.write_mode = write_mode
         self.retries = retries

@@ -43,7 +43,7 @@ def env_spaces(cfg: Config) -> tuple[gym.Space, gym.Space]:
 
 
 def learner_context(cfg: Config, obs_space: gym.Space, action_space: gym.Space, grad_comm: GradientComm,
-                    rank: int = 0, world: int = 1) -> LearnerContext:
+                    rank: int = 0, world: int = 1, replay_storage: Any = None) -> LearnerContext:
     """The small context an algorithm's learner is built with (not the whole run config)."""
     build = get_algorithm(cfg.algo.name).load("model")
     par, train = cfg.parallelism, cfg.train
@@ -52,16 +52,32 @@ def learner_context(cfg: Config, obs_space: gym.Space, action_space: gym.Space, 
         build_model=lambda: build(obs_space, action_space, cfg.model), device=train.device, rank=rank,
         world_size=world, envs_per_env_runner=par.envs_per_actor, num_env_runners=par.actor,
         total_env_steps=train.total_env_steps, seed=train.seed, mixed_precision=train.mixed_precision,
-        gradient_accumulation_steps=train.gradient_accumulation_steps,
+        gradient_accumulation_steps=train.gradient_accumulation_steps, replay_storage=replay_storage,
     )
 
 
 def build_algorithm(cfg: Config, grad_comm: GradientComm, spaces: tuple[gym.Space, gym.Space] | None = None,
-                    rank: int = 0, world: int = 1) -> AlgorithmLearner:
-    """The run's algorithm learner: its class from the registry, its section, its context."""
+                    rank: int = 0, world: int = 1, store: Any = None) -> AlgorithmLearner:
+    """The run's algorithm learner: its class from the registry, its section, its context.
+    ``store``: the parameter store, whose workers also hold a ``replay_buffer`` table."""
     obs_space, action_space = spaces or env_spaces(cfg)
-    ctx = learner_context(cfg, obs_space, action_space, grad_comm, rank, world)
+    ctx = learner_context(cfg, obs_space, action_space, grad_comm, rank, world, replay_storage(cfg, store))
     return get_algorithm(cfg.algo.name).load("learner")(cfg.algo, ctx)
+
+
+def replay_storage(cfg: Config, store: Any) -> Any:
+    """Where a replay table's rows live: the store workers with a ``replay_buffer`` section
+    (``kilorl.roles.store_replay``), else None (the algorithm's own, in this process)."""
+    section = cfg.replay_buffer
+    if section is None or section.backend != "store":
+        return None
+    connect = getattr(store, "connect", None)
+    if connect is None:
+        raise ValueError("replay_buffer.backend=store: this learner's parameter store has no store workers "
+                         f"({type(store).__name__}); use backend: learner")
+    from kilorl.roles.store_replay import store_replay_factory
+
+    return store_replay_factory(connect, section)
 
 
 class LearnerRole(Learner):
@@ -92,7 +108,7 @@ class LearnerRole(Learner):
         self.max_staleness = cfg.sync.staleness(cfg.train.pipeline_depth)
         obs_space, action_space = env_spaces(cfg)  # probed here, in parallel with the actors' start
         self.grad_comm = grad_comm or make_grad_comm(cfg, world)
-        self.algorithm = build_algorithm(cfg, self.grad_comm, (obs_space, action_space), rank, world)
+        self.algorithm = build_algorithm(cfg, self.grad_comm, (obs_space, action_space), rank, world, store)
         self.feed = make_feed(get_algorithm(cfg.algo.name).data_path, self.algorithm, self.grad_comm, world,
                               self.max_staleness)
         if state is not None:

@@ -82,6 +82,7 @@ class ReplayFeed:
             self.table.add(rollout)
         stats = self.algorithm.update(self.table, env_steps_total)
         stats.setdefault("replay_rows", float(len(self.table)))
+        stats.update(self.table.stats())
         return stats
 
 

@@ -25,9 +25,12 @@ ALLOWED: dict[str, set[str]] = {
     "wire": {"errors"},
     "metastore": {"wire", "errors"},
     "local": {"wire", "errors"},
-    "server": {"local", "wire", "errors"},
+    # Replay tables (RL-agnostic rows, codecs, sampler, rate limiter): the worker serves
+    # them, the client encodes their chunks.
+    "replay": {"errors"},
+    "server": {"local", "replay", "wire", "errors"},
     "mesh": {"server", "local", "metastore", "wire", "errors"},
-    "client": {"wire", "errors"},
+    "client": {"replay", "wire", "errors"},
     # The openYuanrong-compatible API sits on the client like any user code; ``facade`` is
     # its old name, kept as an alias.
     "yuanrong": {"client", "wire", "errors"},

@@ -18,6 +18,25 @@ from kilorl.trainer.store_fleet import StoreFleet
 from tests.conftest import fake_rollout, tiny_config
 
 
+def replay_across_nodes(fleet: StoreFleet) -> dict:
+    """A replay table sharded over both nodes' workers (found through the mesh, as a learner
+    finds them): chunks inserted round robin, one sample drawn from both shards."""
+    import numpy as np
+
+    from kilorl.config_replay import ReplayBufferConfig
+    from kilorl.roles.store_replay import store_replay_factory
+
+    make = store_replay_factory(fleet.connector, ReplayBufferConfig(sharding=True, compression="zstd"), "check")
+    storage = make("mesh", {"obs": ((32,), np.float32), "action": ((), np.int64)}, 1000, 0)
+    for i in range(4):
+        storage.insert({"obs": np.full((50, 32), i, np.float32), "action": np.arange(50) + 50 * i})
+    s = storage.table.sample(400)
+    out = {"shards": [c.address for c in storage.clients], "sampled_shards": sorted(set(s.shards.tolist())),
+           "rows": len(storage), "exact": bool(np.all(s.columns["obs"][:, 0] == s.columns["action"] // 50))}
+    storage.close()
+    return out
+
+
 def main() -> None:
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "object_store_memory": 80 << 20})
     cluster.add_node(num_cpus=2, object_store_memory=80 << 20)
@@ -46,6 +65,7 @@ def main() -> None:
             "learner_nodes": ray.get([lr.node_id.remote() for lr in learners]),
             "digests": ray.get([lr.weights_digest.remote() for lr in learners]),
             "master": master,
+            "replay": replay_across_nodes(fleet),
         }))
     finally:
         if fleet is not None:

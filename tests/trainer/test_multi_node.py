@@ -1,4 +1,5 @@
-"""Two raylets: one store worker per node, actors read their own node's worker, learners meet across nodes."""
+"""Two raylets: one store worker per node, actors read their own node's worker, learners meet across nodes,
+a replay table sharded over both nodes' workers is sampled from both."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ def test_two_raylets_each_get_a_store_worker_and_roles_use_their_own_nodes():
     assert r["actor_versions"] == [0, 0]  # node B's worker had version 0 (the writer fanned out to it)
     assert sorted(r["learner_nodes"]) == sorted(r["nodes"])  # one learner per node
     assert r["digests"][0] == r["digests"][1]  # they all-reduced: identical after a step on different data
+    replay = r["replay"]  # one replay table sharded over both nodes' workers, sampled from both
+    assert sorted(replay["shards"]) == sorted(r["workers"].values()) and replay["sampled_shards"] == [0, 1]
+    assert replay["rows"] == 200 and replay["exact"]
 
 
 @pytest.mark.slow

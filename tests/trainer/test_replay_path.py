@@ -50,3 +50,16 @@ def test_a_dqn_run_resumed_from_its_checkpoint_ends_with_the_uninterrupted_runs_
         assert a[part].keys() == b[part].keys()
         for k in a[part]:
             np.testing.assert_array_equal(a[part][k].numpy(), b[part][k].numpy(), err_msg=f"{part}/{k}")
+
+
+def test_dqn_with_a_replay_buffer_section_keeps_its_table_in_the_store_workers(ray_local, tmp_path):
+    """The same run with ``replay_buffer``: the table's rows are counted by the store worker
+    that holds them, and the learner's checkpoint carries none of them."""
+    result = Trainer(_dqn(14 * 6, replay_buffer={"sharding": True, "compression": "zstd"}), tmp_path / "run").fit()
+    rows = read_metrics(tmp_path / "run")
+    assert [r["gradient_steps"] for r in rows] == [0, 4, 4, 4, 4, 4]
+    assert rows[-1]["replay_rows"] == 84
+    assert rows[-1]["replay_inserted_rows"] == 84 and rows[-1]["replay_sampled_rows"] == 20 * 8
+    assert rows[-1]["replay_shards"] == 1 and rows[-1]["replay_stored_bytes"] > 0
+    state, meta = load_checkpoint(result.checkpoint)
+    assert meta["updates"] == 20 and not any(k.startswith("replay/") for k in state["tensors"])

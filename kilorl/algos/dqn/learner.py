@@ -20,6 +20,7 @@ from kilorl.algos.api import AlgorithmLearner, LearnerContext
 from kilorl.algos.common.checkpointing import NamedParts
 from kilorl.algos.common.device import pick_device
 from kilorl.algos.common.optimizer_step import OptimizerStep
+from kilorl.algos.common.replay_table import RingTable
 from kilorl.algos.common.targets import TargetUpdater
 from kilorl.algos.dqn.config import DQNConfig
 from kilorl.algos.dqn.transitions import COLUMNS, TransitionTable
@@ -53,7 +54,8 @@ class DQNLearner(AlgorithmLearner):
     def make_replay_table(self) -> TransitionTable:
         space = self.ctx.obs_space
         self.table = TransitionTable(self.algo.buffer_size, space.shape, space.dtype, self.algo.gamma,
-                                     self.algo.n_step, seed=self.ctx.seed * 1000 + self.ctx.rank)
+                                     self.algo.n_step, seed=self.ctx.seed * 1000 + self.ctx.rank,
+                                     storage=self.ctx.replay_storage, name=f"dqn-{self.ctx.rank}")
         return self.table
 
     def update(self, source: TransitionTable, env_steps_total: int) -> dict[str, float]:
@@ -118,7 +120,8 @@ class DQNLearner(AlgorithmLearner):
         tensors, parts_meta = self.parts.state()
         meta: dict[str, Any] = {"env_steps": self.env_steps, "credit": self.credit,
                                 "target_done_until": self.targets.done_until, **parts_meta}
-        if self.table is not None:
+        if isinstance(self.table, TransitionTable) and isinstance(self.table.table, RingTable):
+            # a table in the store workers stays there: checkpoints keep the learner's own only
             arrays, table_meta = self.table.table.state()
             tensors.update({_REPLAY + k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()})
             meta["replay"] = {**table_meta, "inserted_env_steps": self.table.inserted_env_steps}
@@ -144,7 +147,7 @@ class DQNLearner(AlgorithmLearner):
         self.env_steps = int(meta.get("env_steps", 0))
         self.credit = float(meta.get("credit", 0.0))
         self.targets.done_until = int(meta.get("target_done_until", self.env_steps // self.algo.target_update_interval))
-        if "replay" in meta and self.table is not None:
+        if "replay" in meta and self.table is not None and isinstance(self.table.table, RingTable):
             arrays = {k[len(_REPLAY):]: np.asarray(v) for k, v in tensors.items() if k.startswith(_REPLAY)}
             self.table.table.load(arrays, meta["replay"])
             self.table.inserted_env_steps = int(meta["replay"]["inserted_env_steps"])

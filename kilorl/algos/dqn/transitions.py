@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from kilorl.algos import keys
-from kilorl.algos.api import ReplaySource
+from kilorl.algos.api import ReplaySource, ReplayStorage, ReplayStorageFactory
 from kilorl.algos.common.replay_table import RingTable
 from kilorl.core import Rollout
 
@@ -57,13 +57,15 @@ def nstep_transitions(rollout: Rollout, gamma: float, n_step: int) -> dict[str, 
 
 
 class TransitionTable(ReplaySource):
-    """A ``RingTable`` of n-step transitions; ``add`` is the adder."""
+    """A table of n-step transitions (a ``RingTable`` here, or ``storage``'s, e.g. in the
+    store workers); ``add`` is the adder."""
 
     def __init__(self, capacity: int, obs_shape: tuple[int, ...], obs_dtype: np.dtype, gamma: float,
-                 n_step: int, seed: int) -> None:
+                 n_step: int, seed: int, storage: ReplayStorageFactory | None = None, name: str = "dqn") -> None:
         schema = {"obs": (obs_shape, obs_dtype), "action": ((), np.int64), "reward": ((), np.float32),
                   "next_obs": (obs_shape, obs_dtype), "discount": ((), np.float32)}
-        self.table = RingTable(capacity, schema, seed)
+        self.table: ReplayStorage = RingTable(capacity, schema, seed) if storage is None \
+            else storage(name, schema, capacity, seed)
         self.gamma, self.n_step = gamma, n_step
         self.inserted_env_steps = 0
 
@@ -76,3 +78,7 @@ class TransitionTable(ReplaySource):
 
     def sample(self, batch_size: int) -> dict[str, np.ndarray]:
         return self.table.sample(batch_size)
+
+    def stats(self) -> dict[str, float]:
+        stats = getattr(self.table, "stats", None)  # a store table reports its own; a RingTable none
+        return stats() if callable(stats) else {}

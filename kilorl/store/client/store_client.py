@@ -26,6 +26,7 @@ from kilorl.store.client.batches import publish_batch
 from kilorl.store.client.board_reads import CopyInto, board_read, head_only
 from kilorl.store.client.board_writes import BoardPublisher
 from kilorl.store.client.reconnect import RECONNECT_TIMEOUT_S, ride_out
+from kilorl.store.client.replay import ReplayTables
 from kilorl.store.client.streams import Consumer, Producer
 from kilorl.store.client.types import Versioned, WriteMode, resolve_token
 from kilorl.store.errors import (
@@ -554,6 +555,16 @@ class StoreClient:
 
     def consumer(self, stream: str, group: str) -> Consumer:
         return Consumer(self._call, stream, group)
+
+    # -- replay tables -------------------------------------------------------------------
+    @property
+    def replay_tables(self) -> ReplayTables:
+        """The worker's replay tables (``kilorl.store.client.replay``), over this connection."""
+        group = self.__dict__.get("_replay_tables")
+        if group is None:
+            group = self._replay_tables = ReplayTables(lambda header, buffers=(): self._retrying(
+                self._call, header, buffers))
+        return group
 
     def close(self) -> None:
         self._fs.close()

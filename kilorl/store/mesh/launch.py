@@ -2,6 +2,7 @@
 
 ``run_worker`` is what ``kilorl store start`` runs. A worker alone keeps the default
 router; with a ``MeshConfig`` a ``MeshNode`` becomes its router and hosts the ``c.*`` ops.
+Every worker hosts the replay tables (``server/replay_ops.py``), alone or in a mesh.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 from kilorl.store.local.config import ResolvedConfig
 from kilorl.store.mesh import ops, versions
 from kilorl.store.mesh.node import MeshConfig, MeshNode
+from kilorl.store.server import replay_ops
 from kilorl.store.server.handlers import HANDLERS
 from kilorl.store.server.worker import Worker
 
@@ -19,6 +21,7 @@ from kilorl.store.server.worker import Worker
 def build_worker(rc: ResolvedConfig, mesh: MeshConfig | None = None) -> Worker:
     """A worker ready to serve; with ``mesh`` it joins (or, ``head``, hosts) a mesh of workers."""
     worker = Worker(rc, HANDLERS)
+    replay_ops.install(worker)  # replay tables: a service of every worker, alone or in a mesh
     if mesh is not None:
         try:
             node = MeshNode(worker, mesh)

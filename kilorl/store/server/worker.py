@@ -97,6 +97,8 @@ class Worker:
         self.streams = StreamTable(spec.stream_capacity, spec.ack_timeout_s)
         self.handlers: dict[str, Handler] = dict(handlers)
         self.services: list[Any] = []
+        self.replay: Any = None
+        """The replay tables' service, when hosted (``server/replay_ops.install``)."""
         self.router: Router = Router()  # a worker alone; a multi-node layer sets its own
         self.local_book = LocalVersionBook(self.versions)
         self._stopping = threading.Event()

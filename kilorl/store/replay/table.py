@@ -1,0 +1,297 @@
+"""One replay table as a worker holds it: chunks of rows, a FIFO ring of slots, a sampler.
+
+Rows arrive in chunks (consecutive rows, each column encoded on its own) and take the next
+``rows`` slots of a ring of ``capacity``; the slots they overwrite are evicted, and a chunk
+goes once none of its rows is live. Raw columns (every column of an uncompressed table,
+and the narrow ones of a compressed table, ``TableSpec.packed``) live in preallocated ring
+columns: a sample is one gather per column. Packed columns keep the encoded chunks, and a
+sample decodes each chunk it touches once, outside the table's lock.
+
+Every row has an id (its insert position over the table's life): a priority update names
+ids, so an update for a row evicted meanwhile is recognised and skipped.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kilorl.store.errors import InvalidRequest, KeyNotFound, StoreTimeout
+from kilorl.store.replay import codec
+from kilorl.store.replay.limiter import RateLimiter
+from kilorl.store.replay.spec import TableSpec
+from kilorl.store.replay.sumtree import SumTree
+
+
+@dataclass
+class ColumnPart:
+    """How one column of an arriving chunk is encoded: codec, encoded and raw byte counts."""
+
+    name: str
+    codec: str
+    nbytes: int
+    raw_nbytes: int
+
+
+@dataclass
+class Chunk:
+    """An encoded chunk kept by a compressed table."""
+
+    key: str
+    rows: int
+    blobs: dict[str, tuple[str, bytes]]
+    """column -> (codec, encoded bytes)."""
+    live: int
+    nbytes: int
+
+
+@dataclass
+class Decoded:
+    """An arriving chunk, checked: its decoded columns, and what a compressed table keeps."""
+
+    key: str
+    rows: int
+    columns: dict[str, np.ndarray]
+    blobs: dict[str, tuple[str, bytes]]
+
+
+@dataclass
+class Sample:
+    columns: dict[str, np.ndarray]
+    ids: np.ndarray
+    probabilities: np.ndarray
+    size: int
+    total: float | None
+    """The priority mass the sample was drawn from (prioritized), else None."""
+
+
+class Table:
+    """A table's rows, sampler and rate limiter; thread-safe (one condition per table)."""
+
+    def __init__(self, spec: TableSpec) -> None:
+        self.spec = spec
+        cap = spec.capacity
+        self.cond = threading.Condition()
+        self.closed = False
+        self.limiter = RateLimiter(spec.limiter)
+        self.rng = np.random.Generator(np.random.PCG64(spec.seed))
+        self.slot_id = np.full(cap, -1, np.int64)
+        self.size = 0
+        self.next_id = 0
+        self.insert_calls = self.sample_calls = 0
+        self.tree = SumTree(cap) if spec.sampler == "prioritized" else None
+        self.max_priority = 1.0
+        self.packed = [c for c in spec.columns if spec.packed(c)]
+        self.compressed = bool(self.packed)
+        self.ring = {c.name: np.zeros((cap, *c.shape), c.dtype) for c in spec.columns if not spec.packed(c)}
+        self.ring_row_nbytes = sum(c.row_nbytes for c in spec.columns if not spec.packed(c))
+        self.chunks: dict[int, Chunk] = {}
+        self.stored_bytes = 0
+        """Encoded bytes of the live chunks' packed columns."""
+        if self.compressed:
+            self.slot_chunk = np.full(cap, -1, np.int64)
+            self.slot_offset = np.zeros(cap, np.int64)
+            self.next_chunk = 0
+
+    # ---- inserting ----------------------------------------------------------------------
+    def decode_chunk(self, key: str, rows: int, parts: list[ColumnPart], payload: memoryview) -> Decoded:
+        """Checks a chunk against the schema and decodes every column; errors name table,
+        key and column. Keeps the encoded blobs of a compressed table."""
+        spec, where = self.spec, f"replay table {self.spec.name!r}, chunk {key!r}"
+        if not isinstance(rows, int) or not 1 <= rows <= spec.capacity:
+            raise InvalidRequest(f"{where}: rows must be in [1, capacity {spec.capacity}], got {rows!r}")
+        names = [p.name for p in parts]
+        expected = [c.name for c in spec.columns]
+        if sorted(names) != sorted(expected) or len(set(names)) != len(names):
+            missing, extra = sorted(set(expected) - set(names)), sorted(set(names) - set(expected))
+            raise InvalidRequest(f"{where}: columns {names} do not match the table's {expected} "
+                                 f"(missing {missing}, unknown {extra})")
+        if sum(p.nbytes for p in parts) != len(payload):
+            raise InvalidRequest(f"{where}: payload holds {len(payload)} bytes, the columns declare "
+                                 f"{sum(p.nbytes for p in parts)}")
+        decoded, blobs, off = {}, {}, 0
+        for p in parts:
+            col = spec.column(p.name)
+            blob = payload[off:off + p.nbytes]
+            off += p.nbytes
+            if p.codec not in ("none", "zstd", "lz4"):
+                raise InvalidRequest(f"{where}, column {p.name!r}: unknown codec {p.codec!r}")
+            if p.raw_nbytes != rows * col.row_nbytes:
+                raise InvalidRequest(f"{where}, column {p.name!r}: {p.raw_nbytes} bytes for {rows} rows, the schema "
+                                     f"({col.dtype} {list(col.shape)}) needs {rows * col.row_nbytes}")
+            try:
+                raw = codec.decompress(blob, p.codec, p.raw_nbytes)
+            except (ValueError, InvalidRequest) as exc:
+                raise InvalidRequest(f"{where}, column {p.name!r}: corrupt {p.codec} data ({exc})") from None
+            decoded[p.name] = np.frombuffer(raw, col.dtype).reshape(rows, *col.shape)
+            if spec.packed(col):
+                blobs[p.name] = (p.codec, bytes(blob) if p.codec != "none" else bytes(raw))
+        return Decoded(key, rows, decoded, blobs)
+
+    def insert(self, chunks: list[Decoded], priorities: np.ndarray | None, timeout: float | None) -> int:
+        """Stores decoded chunks (consecutive rows, in order) once the rate limiter admits
+        them, all under one admission; returns the first row id."""
+        total = sum(c.rows for c in chunks)
+        if total > self.spec.capacity:
+            raise InvalidRequest(f"replay table {self.spec.name!r}: {total} rows in one insert exceed capacity "
+                                 f"{self.spec.capacity}")
+        if priorities is not None and (priorities.shape != (total,) or np.any(priorities < 0)
+                                       or not np.all(np.isfinite(priorities))):
+            raise InvalidRequest(f"replay table {self.spec.name!r}, chunk {chunks[0].key!r}: priorities must be "
+                                 f"{total} finite numbers >= 0")
+        with self.cond:
+            self._wait(lambda: self.limiter.can_insert(self.size), timeout, "insert")
+            first = self.next_id
+            for c in chunks:
+                self._store(c)
+            if self.tree is not None:
+                slots = (first + np.arange(total, dtype=np.int64)) % self.spec.capacity
+                p = priorities if priorities is not None else np.full(total, self.max_priority)
+                self.max_priority = max(self.max_priority, float(p.max()))
+                self.tree.set(slots, p ** self.spec.alpha)
+            self.insert_calls += 1
+            self.limiter.inserted_rows(total)
+            self.cond.notify_all()
+        return first
+
+    def _store(self, c: Decoded) -> None:
+        ids = self.next_id + np.arange(c.rows, dtype=np.int64)
+        slots = ids % self.spec.capacity
+        self._evict(slots)
+        self.slot_id[slots] = ids
+        if self.compressed:
+            cid = self.next_chunk
+            self.next_chunk += 1
+            nbytes = sum(len(b) for _, b in c.blobs.values())
+            self.chunks[cid] = Chunk(c.key, c.rows, c.blobs, c.rows, nbytes)
+            self.stored_bytes += nbytes
+            self.slot_chunk[slots] = cid
+            self.slot_offset[slots] = np.arange(c.rows)
+        for name, ring in self.ring.items():
+            ring[slots] = c.columns[name]
+        self.next_id += c.rows
+        self.size = min(self.spec.capacity, self.size + c.rows)
+
+    def _evict(self, slots: np.ndarray) -> None:
+        if not self.compressed:
+            return
+        old = self.slot_chunk[slots]
+        old = old[old >= 0]
+        if old.size == 0:
+            return
+        cids, counts = np.unique(old, return_counts=True)
+        for cid, n in zip(cids.tolist(), counts.tolist(), strict=True):
+            chunk = self.chunks[cid]
+            chunk.live -= n
+            if chunk.live == 0:
+                del self.chunks[cid]
+                self.stored_bytes -= chunk.nbytes
+
+    # ---- sampling -----------------------------------------------------------------------
+    def sample(self, batch: int, timeout: float | None) -> Sample:
+        """``batch`` rows drawn with replacement once the rate limiter admits the call."""
+        if not isinstance(batch, int) or batch < 1:
+            raise InvalidRequest(f"batch_size: must be a positive integer, got {batch!r}")
+        with self.cond:
+            self._wait(lambda: self.limiter.can_sample(self.size), timeout, "sample")
+            size = self.size
+            total = None
+            if self.tree is not None:
+                total = self.tree.total
+                if total <= 0:
+                    raise InvalidRequest(f"replay table {self.spec.name!r}: every row's priority is 0, "
+                                         "nothing can be sampled")
+                slots = self.tree.sample(self.rng, batch)
+                probs = self.tree.get(slots) / total
+            else:
+                slots = self.rng.integers(0, size, size=batch)  # slots fill from 0: live ones are 0..size-1
+                probs = np.full(batch, 1.0 / size)
+            ids = self.slot_id[slots]
+            self.limiter.sampled_rows(batch)
+            self.sample_calls += 1
+            columns = {name: ring[slots] for name, ring in self.ring.items()}
+            if self.compressed:
+                cids = self.slot_chunk[slots]
+                offsets = self.slot_offset[slots]
+                uniq, inverse = np.unique(cids, return_inverse=True)
+                chunks = [self.chunks[c] for c in uniq.tolist()]
+            self.cond.notify_all()
+        if self.compressed:  # decode outside the lock: inserts and other samples go on
+            columns.update(self._gather(chunks, inverse, offsets))
+        return Sample(columns, ids, probs, size, total)
+
+    def _gather(self, chunks: list[Chunk], inverse: np.ndarray, offsets: np.ndarray) -> dict[str, np.ndarray]:
+        starts = np.zeros(len(chunks), np.int64)
+        np.cumsum([c.rows for c in chunks[:-1]], out=starts[1:])
+        rows = starts[inverse] + offsets
+        out = {}
+        for col in self.packed:
+            raws = []
+            for ch in chunks:
+                name, blob = ch.blobs[col.name]
+                raws.append(codec.decompress(blob, name, ch.rows * col.row_nbytes))
+            allrows = np.frombuffer(b"".join(raws), col.dtype).reshape(-1, *col.shape)
+            out[col.name] = allrows[rows]
+        return out
+
+    def update_priorities(self, ids: np.ndarray, priorities: np.ndarray) -> int:
+        """Sets the priorities of rows still held; returns how many were (evicted ones skipped)."""
+        if self.tree is None:
+            raise InvalidRequest(f"replay table {self.spec.name!r}: priorities need sampler 'prioritized'")
+        if ids.shape != priorities.shape:
+            raise InvalidRequest(f"priorities: {priorities.size} values for {ids.size} ids")
+        if np.any(priorities < 0) or not np.all(np.isfinite(priorities)):
+            raise InvalidRequest("priorities: must be finite numbers >= 0")
+        with self.cond:
+            slots = ids % self.spec.capacity
+            live = (self.slot_id[slots] == ids) & (ids >= 0)
+            if np.any(live):
+                self.tree.set(slots[live], priorities[live] ** self.spec.alpha)
+                self.max_priority = max(self.max_priority, float(priorities[live].max()))
+            return int(live.sum())
+
+    # ---- waiting and stats --------------------------------------------------------------
+    def _wait(self, admitted: Any, timeout: float | None, side: str) -> None:
+        """Waits (lock held) until ``admitted()``; the time counts as the side's blocked seconds."""
+        if admitted():
+            return
+        start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
+        try:
+            while not admitted():
+                if self.closed:
+                    raise KeyNotFound(f"replay table {self.spec.name!r} was dropped while a call waited")
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise StoreTimeout(f"replay table {self.spec.name!r}: {side} waited {timeout}s for the "
+                                       f"rate limiter (samples_per_insert={self.limiter.spi}, "
+                                       f"size {self.size}, min_size_to_sample {self.limiter.min_size})")
+                self.cond.wait(left if left is not None else 1.0)
+        finally:
+            waited = time.monotonic() - start
+            if side == "insert":
+                self.limiter.blocked_insert_s += waited
+            else:
+                self.limiter.blocked_sample_s += waited
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+    def stats(self) -> dict[str, Any]:
+        with self.cond:
+            raw = self.size * self.spec.row_nbytes
+            stored = self.stored_bytes + self.size * self.ring_row_nbytes
+            return {"name": self.spec.name, "rows": self.size, "capacity": self.spec.capacity,
+                    "inserted_rows": self.next_id, "insert_calls": self.insert_calls,
+                    "sampled_rows": self.limiter.sampled, "sample_calls": self.sample_calls,
+                    "stored_bytes": stored, "raw_bytes": raw,
+                    "compression_ratio": (raw / stored) if stored else 1.0,
+                    "chunks": len(self.chunks) if self.compressed else None,
+                    "priority_total": self.tree.total if self.tree is not None else None,
+                    **self.limiter.stats()}

@@ -1,0 +1,187 @@
+"""The ``replay.*`` ops: every store worker serves replay tables as a service of its own.
+
+``install(worker)`` hosts a ``ReplayService`` (the worker's tables by name) and registers
+its ops. A request that breaks a table's schema or carries a corrupt chunk is refused with
+an error naming table, chunk key and column; the connection, the worker and every other
+table go on serving. Chunks arrive encoded (the client compresses) and samples leave raw:
+one header plus one buffer per column, never pickled.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kilorl.store.errors import InvalidRequest, KeyNotFound
+from kilorl.store.replay.spec import TableSpec
+from kilorl.store.replay.table import ColumnPart, Table
+from kilorl.store.server.request import OpTable, Reply, arg
+
+if TYPE_CHECKING:
+    from kilorl.store.server.worker import Connection, Worker
+
+OPS = OpTable()
+
+
+class ReplayService:
+    """The worker's replay tables; stopping the worker wakes every call waiting on one."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, Table] = {}
+        self.lock = threading.Lock()
+
+    def start(self, worker: Worker) -> None:
+        """Nothing to start: tables are made by ``replay.create``."""
+
+    def stop(self) -> None:
+        with self.lock:
+            tables = list(self.tables.values())
+        for t in tables:
+            t.close()
+
+    def table(self, name: Any) -> Table:
+        if not isinstance(name, str):
+            raise InvalidRequest(f"table: expected a table name, got {type(name).__name__}")
+        with self.lock:
+            t = self.tables.get(name)
+        if t is None:
+            raise KeyNotFound(f"replay table {name!r} does not exist on this worker (replay.create makes it)")
+        return t
+
+    def create(self, spec: TableSpec) -> bool:
+        with self.lock:
+            old = self.tables.get(spec.name)
+            if old is None:
+                self.tables[spec.name] = Table(spec)
+                return True
+        if old.spec != spec:
+            raise InvalidRequest(f"replay table {spec.name!r} exists with another definition "
+                                 f"({old.spec.to_wire()}); drop it first")
+        return False
+
+    def drop(self, name: str) -> bool:
+        with self.lock:
+            t = self.tables.pop(name, None)
+        if t is not None:
+            t.close()
+        return t is not None
+
+
+def install(worker: Worker) -> ReplayService:
+    """Hosts the replay service in ``worker`` and registers the ``replay.*`` ops."""
+    service = ReplayService()
+    worker.add_service(service)
+    worker.replay = service
+    for op, fn in OPS.items():
+        worker.register(op, fn)
+    return service
+
+
+def _service(w: Worker) -> ReplayService:
+    service = getattr(w, "replay", None)
+    if service is None:
+        raise InvalidRequest("op: this worker hosts no replay service")
+    return service
+
+
+def _timeout(h: dict[str, Any]) -> float | None:
+    t = arg(h, "timeout", (int, float), None)
+    if t is not None and (not math.isfinite(t) or t < 0):
+        raise InvalidRequest(f"timeout: must be >= 0 seconds, got {t}")
+    return t
+
+
+@OPS.op("replay.create")
+def create(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    spec = TableSpec.from_wire(arg(h, "table", dict))
+    return Reply({"created": _service(w).create(spec), "table": spec.to_wire()})
+
+
+@OPS.op("replay.describe")
+def describe(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    return Reply({"table": _service(w).table(h.get("table")).spec.to_wire()})
+
+
+def _parts(table: Table, key: str, columns: Any) -> list[ColumnPart]:
+    where = f"replay table {table.spec.name!r}, chunk {key!r}"
+    if not isinstance(columns, list):
+        raise InvalidRequest(f"{where}: columns: expected a list")
+    parts = []
+    for c in columns:
+        try:
+            parts.append(ColumnPart(str(c["name"]), str(c["codec"]), int(c["nbytes"]), int(c["raw_nbytes"])))
+        except (KeyError, TypeError, ValueError):
+            raise InvalidRequest(f"{where}: column entry {c!r} needs name, codec, nbytes, raw_nbytes") from None
+    return parts
+
+
+@OPS.op("replay.insert")
+def insert(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    """Chunks of consecutive rows (``chunks``: [{key, rows, columns}], their encoded columns
+    one after another in the payload, then the rows' float64 priorities if ``priorities``)."""
+    table = _service(w).table(h.get("table"))
+    specs = arg(h, "chunks", list)
+    if not specs or not all(isinstance(c, dict) for c in specs):
+        raise InvalidRequest(f"replay table {table.spec.name!r}: chunks: expected a non-empty list of "
+                             "{key, rows, columns}")
+    payload = memoryview(conn.fs.read_payload())
+    chunks, off = [], 0
+    for c in specs:
+        key, rows = arg(c, "key", str), arg(c, "rows", int)
+        parts = _parts(table, key, c.get("columns"))
+        n = sum(p.nbytes for p in parts)
+        chunks.append(table.decode_chunk(key, rows, parts, payload[off:off + n]))
+        off += n
+    priorities = None
+    if h.get("priorities"):
+        total = sum(c.rows for c in chunks)
+        if len(payload) - off != 8 * total:
+            raise InvalidRequest(f"replay table {table.spec.name!r}, chunk {chunks[0].key!r}: expected {total} "
+                                 f"float64 priorities after the columns, got {len(payload) - off} bytes")
+        priorities = np.frombuffer(payload[off:], np.float64)
+    elif off != len(payload):
+        raise InvalidRequest(f"replay table {table.spec.name!r}, chunk {chunks[-1].key!r}: payload holds "
+                             f"{len(payload)} bytes, the columns declare {off}")
+    return Reply({"first_id": table.insert(chunks, priorities, _timeout(h))})
+
+
+@OPS.op("replay.sample")
+def sample(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    table = _service(w).table(h.get("table"))
+    s = table.sample(arg(h, "batch_size", int), _timeout(h))
+    cols = [np.ascontiguousarray(s.columns[c.name]) for c in table.spec.columns]
+    header = {"size": s.size, "rows": int(s.ids.size), "total": s.total}
+    return Reply(header, [s.ids.astype(np.int64), s.probabilities.astype(np.float64), *cols])
+
+
+@OPS.op("replay.update_priorities")
+def update_priorities(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    table = _service(w).table(h.get("table"))
+    n = arg(h, "n", int)
+    payload = memoryview(conn.fs.read_payload())
+    if n < 0 or len(payload) != 16 * n:
+        raise InvalidRequest(f"priorities: payload of {len(payload)} bytes for n={n} (needs {16 * n})")
+    ids = np.frombuffer(payload[:8 * n], np.int64)
+    prios = np.frombuffer(payload[8 * n:], np.float64)
+    return Reply({"updated": table.update_priorities(ids, prios)})
+
+
+@OPS.op("replay.info")
+def info(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    return Reply(_service(w).table(h.get("table")).stats())
+
+
+@OPS.op("replay.list")
+def list_tables(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    service = _service(w)
+    with service.lock:
+        tables = list(service.tables.values())
+    return Reply({"tables": [t.stats() for t in tables]})
+
+
+@OPS.op("replay.drop")
+def drop(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    return Reply({"dropped": _service(w).drop(arg(h, "table", str))})

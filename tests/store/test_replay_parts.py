@@ -1,0 +1,74 @@
+"""The replay table's parts alone: sum tree, rate limiter admission, codecs, specs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kilorl.store.errors import InvalidRequest
+from kilorl.store.replay import codec
+from kilorl.store.replay.limiter import RateLimiter
+from kilorl.store.replay.spec import LimiterSpec, TableSpec, make_spec
+from kilorl.store.replay.sumtree import SumTree
+
+
+def test_sum_tree_finds_the_slot_whose_interval_holds_each_point():
+    rng = np.random.default_rng(0)
+    tree = SumTree(1000)
+    w = rng.random(1000) * (rng.random(1000) > 0.3)  # a third of the slots weigh nothing
+    tree.set(np.arange(1000), w)
+    assert tree.total == pytest.approx(w.sum())
+    points = rng.random(5000) * w.sum()
+    expected = np.searchsorted(np.cumsum(w), points, side="right")
+    assert np.array_equal(tree.find(points), expected)
+    assert np.all(w[tree.sample(rng, 5000)] > 0)
+
+
+def test_sum_tree_batch_update_with_repeated_slots_keeps_sums():
+    tree = SumTree(7)
+    tree.set(np.array([1, 1, 6]), np.array([5.0, 2.0, 3.0]))  # the last weight of a slot wins
+    assert tree.total == pytest.approx(5.0)
+    assert tree.get(np.array([1, 6])).tolist() == [2.0, 3.0]
+    with pytest.raises(ValueError):
+        tree.set(np.array([0]), np.array([-1.0]))
+
+
+def test_limiter_always_admits_one_side():
+    """Whatever the calls' sizes, when one side is refused the other is admitted: two sides
+    that keep calling never deadlock."""
+    rng = np.random.default_rng(1)
+    for spi in (0.25, 1.0, 4.0, 32.0):
+        lim = RateLimiter(LimiterSpec(samples_per_insert=spi, min_size_to_sample=10))
+        size = 0
+        for _ in range(2000):
+            ins, smp = lim.can_insert(size), lim.can_sample(size)
+            assert ins or smp, (spi, lim.diff, size)
+            if smp and (not ins or rng.random() < 0.5):
+                lim.sampled_rows(int(rng.integers(1, 300)))
+            else:
+                k = int(rng.integers(1, 50))
+                lim.inserted_rows(k)
+                size += k
+
+
+def test_codecs_round_trip_and_refuse_wrong_sizes():
+    data = np.arange(4096, dtype=np.uint8).tobytes()
+    for name in ("none", "zstd"):
+        assert bytes(codec.decompress(codec.compress(data, name), name, len(data))) == data
+    with pytest.raises(ValueError, match="expected 10"):
+        codec.decompress(codec.compress(data, "zstd"), "zstd", 10)
+    with pytest.raises(ValueError, match="zstd"):
+        codec.decompress(b"\x28\xb5\x2f\xfd garbage", "zstd", 100)
+
+
+def test_spec_errors_name_the_field():
+    with pytest.raises(InvalidRequest, match="table.compression"):
+        make_spec("t", {"x": ((), np.float32)}, 10, compression="gzip")
+    with pytest.raises(InvalidRequest, match="min_size_to_sample"):
+        make_spec("t", {"x": ((), np.float32)}, 10, limiter={"min_size_to_sample": 11})
+    with pytest.raises(InvalidRequest, match="tolerance"):
+        make_spec("t", {"x": ((), np.float32)}, 10, limiter={"samples_per_insert": 8, "tolerance": 2})
+    with pytest.raises(InvalidRequest, match=r"table.columns\[0\].dtype \(x\)"):
+        TableSpec.from_wire({"name": "t", "capacity": 4, "columns": [{"name": "x", "shape": [], "dtype": "object"}]})
+    spec = make_spec("t", {"x": ((3,), np.float32)}, 10, sampler="prioritized")
+    assert TableSpec.from_wire(spec.to_wire()) == spec
