@@ -1,4 +1,4 @@
-"""Per-column compression of a chunk: zstd (declared dependency), lz4 (optional), none.
+"""Per-column compression of a chunk: zstd, lz4 (both declared dependencies), none.
 
 Each column of a chunk is compressed on its own: columns differ in what compresses (frames
 of a game, floats of a state), and a sample needing one column decodes only it. Frames carry
