@@ -234,7 +234,7 @@ class ActorCriticPolicy(BehaviourPolicy):
 
     def act(self, model: torch.nn.Module, obs: torch.Tensor, state: State,
             ctx: StepContext) -> tuple[torch.Tensor, dict[str, np.ndarray], State]:
-        if state:  # a recurrent model: rows of finished episodes were zeroed by ``reset``
+        if getattr(model, "recurrent", False):  # rows of finished episodes were zeroed by ``reset``
             actions, logp, values, new = model.act(obs, state_tensors(state))
             state = state_arrays(new)
         else:
@@ -246,8 +246,8 @@ class ActorCriticPolicy(BehaviourPolicy):
 
     @torch.no_grad()
     def observe(self, model: torch.nn.Module, obs: torch.Tensor, state: State | None = None) -> dict[str, np.ndarray]:
-        if state:
-            return {keys.VALUES: model.value(obs, state_tensors(state)).numpy()}
+        if getattr(model, "recurrent", False):
+            return {keys.VALUES: model.value(obs, state_tensors(state or {})).numpy()}
         return {keys.VALUES: model.value(obs).numpy()}
 
 
