@@ -39,7 +39,7 @@ class AlgoConfig(Section):
     def check_recurrent(self, parallelism: Any, gradient_accumulation_steps: int) -> None:
         """Raise ValueError, naming the fields, when this algorithm cannot train a recurrent
         model (``model.recurrent``) on this batch; the minibatch unit is then an env column."""
-        raise ValueError(f"model.recurrent: algo.name={self.name} does not train recurrent models (ppo does)")
+        raise ValueError(f"model.recurrent: algo.name={self.name} does not train recurrent models (ppo and a2c do)")
 
 
 class OnPolicyConfig(AlgoConfig):

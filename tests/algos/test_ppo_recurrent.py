@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kilorl.algos import keys
-from kilorl.algos.ppo.sequences import column_minibatches, episode_starts
+from kilorl.algos.sequences import column_minibatches, episode_starts
 from kilorl.config import ConfigError
 from kilorl.roles.env_runner import EnvRunner
 from kilorl.roles.learner import LearnerRole
@@ -136,7 +136,7 @@ def test_a_resumed_learner_takes_the_same_step_and_a_new_actor_starts_from_zero_
 
 
 @pytest.mark.parametrize(("sections", "message"), [
-    ({"algo": {"name": "dqn"}}, r"model.recurrent: algo.name=dqn does not train recurrent models"),
+    ({"algo": {"name": "dqn"}}, r"model.recurrent: algo.name=dqn does not train recurrent models \(ppo and a2c do\)"),
     ({"algo": {"num_minibatches": 8}},
      r"algo.num_minibatches=8 must divide parallelism.envs_per_actor=4 with model.recurrent"),
     ({"train": {"gradient_accumulation_steps": 4}}, r"train.gradient_accumulation_steps=4 must divide the 2 env"),

@@ -12,7 +12,7 @@ from kilorl.algos import keys
 from kilorl.algos.actor_critic import ActorCriticLearner, ActorCriticState, explained_variance
 from kilorl.algos.gae import rollout_gae
 from kilorl.algos.ppo.loss import ppo_loss
-from kilorl.algos.ppo.sequences import column_minibatches, episode_starts, flat_rows, sequence_forward
+from kilorl.algos.sequences import column_minibatches, flat_rows, rollout_forward
 
 if TYPE_CHECKING:
     from kilorl.algos.api import LearnerContext, RolloutBatch
@@ -128,15 +128,9 @@ class PPOLearner(ActorCriticLearner):
     def _recurrent_batches(self, rollout: Rollout, obs: torch.Tensor,
                            actions: torch.Tensor) -> Callable[[int, int], Iterator[tuple[Minibatch, list[Minibatch], Forward]]]:
         """A recurrent model's epoch: minibatches of whole env columns, each unrolled over the
-        rollout from the state saved at its start (``kilorl.algos.ppo.sequences``)."""
+        rollout from the state saved at its start (``kilorl.algos.sequences``)."""
         ac, micro = self.ac, max(1, self.ctx.gradient_accumulation_steps)
-        T, N = rollout.shape
-        starts = torch.as_tensor(episode_starts(rollout), device=ac.device)
-        state = {k: torch.tensor(v, device=ac.device) for k, v in rollout.state.items()}  # a copy: Ray's views are read-only
-        if not state:
-            raise ValueError("a recurrent model's rollout has no Rollout.state (the policy state at rollout start)")
-        forward = sequence_forward(ac.module, obs.view(T, N, *obs.shape[1:]), actions.view(T, N, *actions.shape[1:]),
-                                   starts, state)
+        forward = rollout_forward(ac, rollout, obs, actions)
 
         def epoch(T: int, N: int) -> Iterator[tuple[Minibatch, list[Minibatch], Forward]]:
             for cols in column_minibatches(N, self.ctx.envs_per_env_runner, self.algo.num_minibatches, ac.device):

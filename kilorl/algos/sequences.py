@@ -1,4 +1,5 @@
-"""Minibatches of whole env columns for a recurrent model (CleanRL's ``ppo_atari_lstm.py``).
+"""Minibatches of whole env columns for a recurrent model (CleanRL's ``ppo_atari_lstm.py``),
+shared by the actor-critic methods (PPO's minibatches, A2C's micro-batches).
 
 A recurrent model is trained on env columns unrolled over the rollout's ``T`` steps from the
 state saved at rollout start (``Rollout.state``), a column's episode starts zeroing its state
@@ -9,12 +10,16 @@ first epoch the learner's log-probs and values are the actor's, and the ratio is
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from kilorl.algos import keys
 from kilorl.core import Rollout
+
+if TYPE_CHECKING:
+    from kilorl.algos.actor_critic import ActorCriticState
 
 
 def episode_starts(rollout: Rollout) -> np.ndarray:
@@ -62,3 +67,16 @@ def sequence_forward(module: torch.nn.Module, obs: torch.Tensor, actions: torch.
         return logp.reshape(-1), entropy.reshape(-1), values.reshape(-1)
 
     return forward
+
+
+def rollout_forward(ac: ActorCriticState, rollout: Rollout, obs: torch.Tensor,
+                    actions: torch.Tensor) -> Callable[[torch.Tensor], tuple[torch.Tensor, ...]]:
+    """``sequence_forward`` of a learner's recurrent model over ``rollout`` (flat ``[T * N]`` ``obs``
+    and ``actions`` as the learner holds them), from ``Rollout.state`` with the rollout's episode starts."""
+    T, N = rollout.shape
+    if not rollout.state:
+        raise ValueError("a recurrent model's rollout has no Rollout.state (the policy state at rollout start)")
+    starts = torch.as_tensor(episode_starts(rollout), device=ac.device)
+    state = {k: torch.tensor(v, device=ac.device) for k, v in rollout.state.items()}  # a copy: Ray's views are read-only
+    return sequence_forward(ac.module, obs.view(T, N, *obs.shape[1:]), actions.view(T, N, *actions.shape[1:]),
+                            starts, state)
