@@ -53,6 +53,14 @@ def kilorl_sps(result: RunResult) -> float | None:
     return None if last is None else last["env_steps"] / last["train_time"]
 
 
+def sb3_sps(result: RunResult) -> float | None:
+    """Env steps per second of an SB3 run after its start-up (its process time less start-up; an
+    upper bound on the time, so a lower bound on the rate)."""
+    if not result.env_steps_total or result.startup_s is None or result.process_wall_s <= result.startup_s:
+        return None
+    return result.env_steps_total / (result.process_wall_s - result.startup_s)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=parse_seeds, default=[1, 2, 3], help="e.g. 1-3 or 1,4")
@@ -83,10 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(results)
     print(markdown(ENV, results, summary, args.budget_s, str(args.config), args.kilorl_override) + "\n", flush=True)
     print("kiloRL env steps/s over training: " + ", ".join(f"seed {s}: {_fmt(v)}" for s, v in sps.items()), flush=True)
+    peer = {r.seed: sb3_sps(r) for r in results if r.framework == "SB3"}
+    print("SB3-contrib env steps/s after start-up: " + ", ".join(f"seed {s}: {_fmt(v)}" for s, v in peer.items()), flush=True)
     if args.json_out:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
         report = {"started_utc": started.isoformat(timespec="seconds"), "command": sys.argv,
-                  "runs": [asdict(r) for r in results], "kilorl_sps": sps,
+                  "runs": [asdict(r) for r in results], "kilorl_sps": sps, "sb3_sps": peer,
                   "summary": {k: asdict(v) if hasattr(v, "__dataclass_fields__") else v for k, v in summary.items()}}
         args.json_out.write_text(json.dumps(_json_safe(report), indent=2) + "\n")
     return 0
