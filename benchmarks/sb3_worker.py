@@ -145,6 +145,16 @@ def _eval_callback(env_id: str, threshold: float, every: int, episodes: int, see
     return EvalThresholdCallback()
 
 
+def _env_maker(env_id: str) -> Any:
+    """A Gymnasium id as it is, or a ``module:Class`` entry point made with its 500-step limit
+    (kiloRL's own factory, so both sides step the same environment)."""
+    if ":" not in env_id:
+        return env_id
+    from kilorl.envs import make_env
+
+    return lambda: make_env(env_id, None, 500)
+
+
 def run(env_id: str, seed: int, threshold: float, window: int, deadline: float, algo: str = "ppo",
         eval_every: int | None = None, eval_episodes: int = 10, eval_seed: int = 2_000_000) -> dict[str, Any]:
     """Train until the threshold, the deadline or rl-zoo's n_timesteps; return the measurements."""
@@ -154,17 +164,25 @@ def run(env_id: str, seed: int, threshold: float, window: int, deadline: float, 
     from stable_baselines3 import DQN, PPO
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
-    from zoo_hyperparams import ZOO_DQN, ZOO_PPO, resolve_schedules
+    from zoo_hyperparams import ZOO_DQN, ZOO_PPO, ZOO_PPO_LSTM, resolve_schedules
 
-    entry = (ZOO_DQN if algo == "dqn" else ZOO_PPO)[env_id]
+    entry = {"dqn": ZOO_DQN, "ppo": ZOO_PPO, "ppo_lstm": ZOO_PPO_LSTM}[algo][env_id]
     t_entry = time.time()
     # make_vec_env wraps every env in Monitor (episode returns before any normalization).
-    env = make_vec_env(env_id, n_envs=entry.n_envs, seed=seed)
+    env = make_vec_env(_env_maker(env_id), n_envs=entry.n_envs, seed=seed)
     if entry.normalize:
-        env = VecNormalize(env, gamma=entry.algo_kwargs.get("gamma", 0.99))
-    cls = DQN if algo == "dqn" else PPO
-    model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, stats_window_size=window,
-                policy_kwargs=entry.policy_kwargs or None, **resolve_schedules(entry.algo_kwargs))
+        env = VecNormalize(env, gamma=entry.algo_kwargs.get("gamma", 0.99), **entry.normalize_kwargs)
+    policy_kwargs = dict(entry.policy_kwargs)
+    if policy_kwargs.get("activation_fn") == "relu":
+        policy_kwargs["activation_fn"] = torch.nn.ReLU
+    if algo == "ppo_lstm":
+        from sb3_contrib import RecurrentPPO
+
+        cls, policy = RecurrentPPO, "MlpLstmPolicy"
+    else:
+        cls, policy = (DQN if algo == "dqn" else PPO), "MlpPolicy"
+    model = cls(policy, env, seed=seed, device="cpu", verbose=0, stats_window_size=window,
+                policy_kwargs=policy_kwargs or None, **resolve_schedules(entry.algo_kwargs))
     callback = (_eval_callback(env_id, threshold, eval_every, eval_episodes, eval_seed, deadline) if eval_every
                 else _threshold_callback(threshold, window, deadline))
     model.learn(total_timesteps=entry.n_timesteps, callback=callback)
@@ -198,7 +216,7 @@ def main() -> int:
     p.add_argument("--window", type=int, default=20, help="episodes in the rolling mean")
     p.add_argument("--deadline", type=float, required=True, help="absolute time.time() to give up at")
     p.add_argument("--out", type=Path, required=True, help="JSON result file")
-    p.add_argument("--algo", choices=("ppo", "dqn"), default="ppo", help="SB3 algorithm (its rl-zoo entry)")
+    p.add_argument("--algo", choices=("ppo", "dqn", "ppo_lstm"), default="ppo", help="SB3 algorithm (its rl-zoo entry)")
     p.add_argument("--eval-every", type=int,
                    help="threshold on greedy evaluations every N env steps (default: on training episodes)")
     p.add_argument("--eval-episodes", type=int, default=10)

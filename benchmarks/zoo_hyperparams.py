@@ -86,6 +86,8 @@ class ZooEntry:
     """Wrap the vec env in VecNormalize (rl-zoo passes gamma to it)."""
     policy_kwargs: dict[str, Any] = field(default_factory=dict)
     """``policy_kwargs`` of the entry (empty: SB3 defaults)."""
+    normalize_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of VecNormalize (rl-zoo's ``normalize_kwargs``)."""
 
 
 ZOO_PPO: dict[str, ZooEntry] = {
@@ -143,3 +145,26 @@ def resolve_schedules(kwargs: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+ZOO_PPO_LSTM_SOURCE = "https://huggingface.co/sb3/ppo_lstm-CartPoleNoVel-v1 (rl-zoo's hyperparams/ppo_lstm.yml)"
+ZOO_PPO_LSTM: dict[str, ZooEntry] = {
+    # rl-zoo's ``ppo_lstm`` CartPoleNoVel-v1 entry (SB3-contrib's RecurrentPPO, MlpLstmPolicy), as the
+    # sb3/ppo_lstm-CartPoleNoVel-v1 model card lists it (500 +/- 0 over 10 deterministic episodes). rl-zoo's
+    # CartPoleNoVel is CartPole with the velocities removed and a 500-step limit; kiloRL's
+    # ``kilorl.envs.memory:CartPoleNoVelocity`` zeroes them instead (the same information), and both
+    # sides train on it here. ``activation_fn`` is named ("relu"); the worker resolves it.
+    "kilorl.envs.memory:CartPoleNoVelocity": ZooEntry(
+        zoo_key="CartPoleNoVel-v1",
+        n_envs=8,
+        n_timesteps=100_000,
+        algo_kwargs=dict(
+            n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
+            learning_rate="lin_0.001", clip_range="lin_0.2",
+        ),
+        normalize=True,
+        normalize_kwargs=dict(norm_obs=True, norm_reward=False),
+        policy_kwargs=dict(ortho_init=False, activation_fn="relu", lstm_hidden_size=64, enable_critic_lstm=True,
+                           net_arch=dict(pi=[64], vf=[64])),
+    ),
+}

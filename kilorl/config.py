@@ -55,6 +55,17 @@ class EnvConfig(_Section):
     """Clip normalized rewards to [-clip_reward, clip_reward]."""
 
 
+class RecurrentSection(_Section):
+    """A memory core between the MLP torso and the heads (``model.recurrent``)."""
+
+    type: Literal["lstm", "gru"] = "lstm"
+    """The recurrent cell: ``lstm`` (state ``h`` and ``c``) or ``gru`` (state ``h``)."""
+    hidden_size: int = Field(default=128, gt=0)
+    """Width of the recurrent state."""
+    num_layers: int = Field(default=1, ge=1)
+    """Stacked recurrent layers."""
+
+
 class ModelConfig(_Section):
     hidden_sizes: list[int] = Field(default_factory=lambda: [64, 64])
     """Hidden layer widths of the policy and value MLPs."""
@@ -68,6 +79,9 @@ class ModelConfig(_Section):
     """Orthogonal initialization (gain sqrt(2) hidden, 0.01 policy head, 1 value head)."""
     dueling: bool = False
     """Q networks only (``algo.name: dqn``): separate value and advantage streams in the head."""
+    recurrent: RecurrentSection | None = None
+    """A recurrent core (LSTM or GRU) after the MLP torso, one per head unless ``shared_backbone``
+    (None: a memoryless policy). The actors carry its state across steps and rollouts."""
 
     @model_validator(mode="after")
     def _positive_widths(self) -> ModelConfig:
@@ -246,6 +260,8 @@ class Config(_Section):
     def _batch_fits_the_algorithm(self) -> Config:
         self.algo.check_batch(self.rollout_steps, self.train.gradient_accumulation_steps)
         self.algo.check_parallelism(self.parallelism)
+        if self.model.recurrent is not None:
+            self.algo.check_recurrent(self.parallelism, self.train.gradient_accumulation_steps)
         self.sync.check(self.train.pipeline_depth)
         self._algorithm_fits_the_sections()
         return self

@@ -228,14 +228,34 @@ class ActorCriticPolicy(BehaviourPolicy):
         super().__init__(algo_cfg, ctx)
         self.extras = {keys.LOGP: Extra(), keys.VALUES: Extra()} if self.with_logp else {keys.VALUES: Extra()}
 
+    def initial_state(self, n_envs: int) -> State:
+        """A recurrent model's zeros (``EnvRunnerContext.model_state``); empty for a memoryless one."""
+        return self.ctx.model_state(n_envs) if self.ctx.model_state is not None else {}
+
     def act(self, model: torch.nn.Module, obs: torch.Tensor, state: State,
             ctx: StepContext) -> tuple[torch.Tensor, dict[str, np.ndarray], State]:
-        actions, logp, values = model.act(obs)
+        if getattr(model, "recurrent", False):  # rows of finished episodes were zeroed by ``reset``
+            actions, logp, values, new = model.act(obs, state_tensors(state))
+            state = state_arrays(new)
+        else:
+            actions, logp, values = model.act(obs)
         rec = {keys.VALUES: values.numpy()}
         if self.with_logp:
             rec[keys.LOGP] = logp.numpy()
         return actions, rec, state
 
     @torch.no_grad()
-    def observe(self, model: torch.nn.Module, obs: torch.Tensor) -> dict[str, np.ndarray]:
+    def observe(self, model: torch.nn.Module, obs: torch.Tensor, state: State | None = None) -> dict[str, np.ndarray]:
+        if getattr(model, "recurrent", False):
+            return {keys.VALUES: model.value(obs, state_tensors(state or {})).numpy()}
         return {keys.VALUES: model.value(obs).numpy()}
+
+
+def state_tensors(state: State) -> dict[str, torch.Tensor]:
+    """A policy's numpy state as the model's tensors (no copy)."""
+    return {k: torch.from_numpy(v) for k, v in state.items()}
+
+
+def state_arrays(state: dict[str, torch.Tensor]) -> State:
+    """A model's state tensors as the policy's contiguous numpy arrays."""
+    return {k: v.detach().contiguous().numpy() for k, v in state.items()}

@@ -59,6 +59,9 @@ class EnvRunnerContext:
     """The run's env-step budget (what schedules run over)."""
     run_seed: int = 0
     """``train.seed``: the same across a resume, for draws keyed by the run's step clock."""
+    model_state: Callable[[int], State] | None = None
+    """The model's own state for ``n`` fresh episodes (a recurrent model's zeros), None for a
+    memoryless model: what a behaviour policy acting with the model starts and resets to."""
 
 
 @dataclass(frozen=True)
@@ -98,8 +101,9 @@ class BehaviourPolicy(abc.ABC):
         """Actions for a ``[N, ...]`` observation batch, this step's ``[N, ...]`` extras and
         the next state."""
 
-    def observe(self, model: torch.nn.Module, obs: torch.Tensor) -> dict[str, np.ndarray]:
-        """Extras of ``[K, ...]`` observations nobody acts on (final observations, s_T)."""
+    def observe(self, model: torch.nn.Module, obs: torch.Tensor, state: State | None = None) -> dict[str, np.ndarray]:
+        """Extras of ``[K, ...]`` observations nobody acts on (final observations, s_T); a stateful
+        policy gets the ``[K, ...]`` state they were seen with (before a reset), others none."""
         return {}
 
     def reset(self, state: State, done: np.ndarray) -> State:

@@ -36,6 +36,11 @@ class AlgoConfig(Section):
     def check_parallelism(self, parallelism: Any) -> None:
         """Raise ValueError, naming both fields, for role counts this algorithm cannot use."""
 
+    def check_recurrent(self, parallelism: Any, gradient_accumulation_steps: int) -> None:
+        """Raise ValueError, naming the fields, when this algorithm cannot train a recurrent
+        model (``model.recurrent``) on this batch; the minibatch unit is then an env column."""
+        raise ValueError(f"model.recurrent: algo.name={self.name} does not train recurrent models (ppo and a2c do)")
+
 
 class OnPolicyConfig(AlgoConfig):
     """Fields shared by on-policy actor-critic methods that learn from ``[T, N]`` rollouts."""

@@ -1,5 +1,7 @@
 """Policy and value networks."""
 
-from kilorl.models.actor_critic import ActorCritic, build_actor_critic
+from kilorl.models.actor_critic import ActorCritic
+from kilorl.models.builder import build_actor_critic
+from kilorl.models.recurrent import RecurrentActorCritic
 
-__all__ = ["ActorCritic", "build_actor_critic"]
+__all__ = ["ActorCritic", "RecurrentActorCritic", "build_actor_critic"]

@@ -129,18 +129,3 @@ def gumbel_perturbed(logp: torch.Tensor) -> torch.Tensor:
     infinite (a float32 draw hits 0 with probability ~2^-24).
     """
     return logp - torch.empty_like(logp).exponential_().clamp_(min=1e-30).log_()
-
-
-def build_actor_critic(obs_space: gym.Space, action_space: gym.Space, model_cfg) -> ActorCritic:
-    """Construct from a ``ModelConfig`` (kept duck-typed so models do not import config)."""
-    if not isinstance(obs_space, gym.spaces.Box):
-        raise ValueError(f"unsupported observation space {obs_space}; MLP models need a Box")
-    return ActorCritic(
-        obs_dim=int(np.prod(obs_space.shape)),
-        action_space=action_space,
-        hidden_sizes=list(model_cfg.hidden_sizes),
-        activation=model_cfg.activation,
-        shared_backbone=model_cfg.shared_backbone,
-        init_log_std=model_cfg.init_log_std,
-        ortho_init=model_cfg.ortho_init,
-    )

@@ -60,7 +60,8 @@ class EnvRunner(Actor):
                                mode=sync.mode, groups=sync.groups, max_staleness=sync.staleness(cfg.train.pipeline_depth))
         self.context = EnvRunnerContext(index=index, num_env_runners=cfg.parallelism.actor, num_envs=n,
                                         obs_space=obs_space, action_space=act_space, seed=seed,
-                                        total_env_steps=cfg.train.total_env_steps, run_seed=cfg.train.seed)
+                                        total_env_steps=cfg.train.total_env_steps, run_seed=cfg.train.seed,
+                                        model_state=self._model_state if getattr(self.model, "recurrent", False) else None)
         self.policy: BehaviourPolicy = spec.load("policy")(cfg.algo, self.context)
         self.obs, _ = self.envs.reset(seed=seed)
         self.state: State = self.policy.initial_state(n)
@@ -69,6 +70,10 @@ class EnvRunner(Actor):
         self.ep_return = np.zeros(n, np.float64)
         self.ep_length = np.zeros(n, np.int64)
         self._check_extras()
+
+    def _model_state(self, n: int) -> State:
+        """The recurrent model's state for ``n`` fresh episodes, as numpy arrays."""
+        return {k: v.numpy() for k, v in self.model.initial_state(n).items()}
 
     @property
     def version(self) -> int:
@@ -130,10 +135,12 @@ class EnvRunner(Actor):
             steps[keys.TRUNCATED][t] = truncated
             if done.any():
                 idx = np.flatnonzero(done)
-                finals.add(t, idx, self._observed(np.stack([info["final_obs"][i] for i in idx])))
+                # the final observations' bootstrap values use the state before the reset
+                finals.add(t, idx, self._observed(np.stack([info["final_obs"][i] for i in idx])),
+                           {k: v[idx].copy() for k, v in self.state.items()})
                 self.state = self.policy.reset(self.state, done)
         last_obs = self._observed(self.obs)
-        final, last = finals.record(self.policy, self.model, last_obs)
+        final, last = finals.record(self.policy, self.model, last_obs, self.state)
         moments = {keys.RET_MOMENTS: [Moments.of(raw_returns)]} if self.cfg.env.normalize_reward else {}
         if raw_obs is not None:
             moments[keys.OBS_MOMENTS] = [Moments.of(raw_obs, self.envs.single_observation_space.shape)]

@@ -3,7 +3,9 @@
 A state is what an algorithm's ``state()`` returns and a checkpoint holds: the model's
 ``state_dict`` and the observation normalizer's statistics. The model is what the
 algorithm's spec builds, and it is driven through the policy protocol every model declares
-(``policy(obs, deterministic) -> actions``, ``to_env_action(actions)``; docs/architecture.md). Each episode starts from its
+(``policy(obs, deterministic) -> actions``, ``to_env_action(actions)``; docs/architecture.md); a recurrent
+model is stepped with its state instead (``act(obs, state, deterministic=...)``), one row per
+episode, started at zero. Each episode starts from its
 own seed (``seed + k``), so two evaluations of one policy with one seed see the same
 episodes, and one run's choice of policy (``evaluation`` in the config) can be made on
 other episodes than the ones ``kilorl eval`` later judges it by.
@@ -58,11 +60,20 @@ class EpisodeRunner:
         obs = [env.reset(seed=seed + k)[0] for k, env in enumerate(envs)]
         totals = [0.0] * episodes
         live = list(range(episodes))
+        recurrent = getattr(self.model, "recurrent", False)
+        memory = self.model.initial_state(episodes) if recurrent else {}  # one row per episode, kept across steps
         with torch.random.fork_rng(devices=[]), torch.no_grad():
             torch.manual_seed(seed)
             while live:
                 batch = torch.from_numpy(np.stack([self._observe(obs[k], state) for k in live]))
-                action = self.model.policy(batch, deterministic)
+                if recurrent:
+                    rows = torch.tensor(live)
+                    action, _, _, new = self.model.act(batch, {n: v[rows] for n, v in memory.items()},
+                                                       deterministic=deterministic)
+                    for n, v in new.items():
+                        memory[n][rows] = v
+                else:
+                    action = self.model.policy(batch, deterministic)
                 still = []
                 for k, a in zip(live, self.model.to_env_action(action), strict=True):
                     obs[k], reward, terminated, truncated, _ = envs[k].step(a)

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from kilorl.algos import keys
-from kilorl.algos.api import BehaviourPolicy, Extra
+from kilorl.algos.api import BehaviourPolicy, Extra, State
 
 
 def check_extras(policy: str, declared: Mapping[str, Extra], got: Mapping[str, np.ndarray], n: int) -> None:
@@ -34,16 +34,20 @@ class FinalObservations:
         self.t: list[np.ndarray] = []
         self.env: list[np.ndarray] = []
         self.obs: list[np.ndarray] = []
+        self.state: list[State] = []
 
-    def add(self, t: int, envs: np.ndarray, obs: np.ndarray) -> None:
+    def add(self, t: int, envs: np.ndarray, obs: np.ndarray, state: State | None = None) -> None:
+        """Episodes of ``envs`` ended at step ``t`` with final observations ``obs``, seen with the
+        policy's ``state`` rows (before its reset; empty for a memoryless policy)."""
         self.t.append(np.full(len(envs), t, np.int64))
         self.env.append(envs.astype(np.int64))
         self.obs.append(obs)
+        self.state.append(state or {})
 
-    def record(self, policy: BehaviourPolicy, model: torch.nn.Module,
-               last_obs: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    def record(self, policy: BehaviourPolicy, model: torch.nn.Module, last_obs: np.ndarray,
+               last_state: State | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """``(final, last)`` entries of the rollout: the policy's ``observe`` extras of the final
-        observations and of s_T.
+        observations and of s_T (a stateful policy's with the state each was seen with).
 
         Two forward passes, not one over both: a float32 matmul over ``N + K`` rows rounds the
         ``N`` rows of s_T differently from those rows alone (1 ulp on a 64-64 network), and
@@ -54,10 +58,20 @@ class FinalObservations:
                  keys.FINAL_ENV: np.concatenate(self.env) if k else np.zeros(0, np.int64),
                  keys.OBS: final_obs}
         last = {keys.OBS: last_obs}
+        final_state = {key: np.concatenate([s[key] for s in self.state]) for key in last_state} if k and last_state else {}
         with torch.no_grad():
-            of_last = policy.observe(model, torch.from_numpy(last_obs))
-            of_final = policy.observe(model, torch.from_numpy(final_obs)) if k else {}
+            of_last = _observe(policy, model, last_obs, last_state)
+            of_final = _observe(policy, model, final_obs, final_state) if k else {}
         for name, value in of_last.items():
             last[name] = np.asarray(value)
             final[name] = np.asarray(of_final[name]) if k else np.zeros((0, *last[name].shape[1:]), last[name].dtype)
         return final, last
+
+
+def _observe(policy: BehaviourPolicy, model: torch.nn.Module, obs: np.ndarray,
+             state: State | None) -> dict[str, np.ndarray]:
+    """``policy.observe``, handed the state only where there is one (memoryless policies keep the
+    two-argument form)."""
+    if state:
+        return policy.observe(model, torch.from_numpy(obs), state)
+    return policy.observe(model, torch.from_numpy(obs))

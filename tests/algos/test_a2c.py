@@ -41,3 +41,23 @@ def test_gradient_accumulation_gives_the_same_step():
         learner.update(RolloutBatch(fake_rollout(3)), 128)
         results.append(torch.cat([p.detach().reshape(-1) for p in learner.model.parameters()]))
     torch.testing.assert_close(results[0], results[1], rtol=1e-5, atol=1e-6)
+
+
+def _recurrent(micro: int):
+    cfg = tiny_config(algo={"name": "a2c", "rollout_length": 32}, train={"gradient_accumulation_steps": micro},
+                      model={"recurrent": {"type": "gru", "hidden_size": 8}})
+    torch.manual_seed(0)
+    return build_algorithm(cfg, AllReduceComm(1))
+
+
+def test_a_recurrent_model_takes_the_same_step_in_whole_column_micro_batches_as_in_one():
+    rollout = fake_rollout(3)
+    rollout.state = {"pi_h": np.random.default_rng(1).normal(size=(4, 1, 8)).astype(np.float32),
+                     "vf_h": np.random.default_rng(2).normal(size=(4, 1, 8)).astype(np.float32)}
+    one, two = _recurrent(1), _recurrent(4)
+    before = {k: v.clone() for k, v in one.model.state_dict().items()}
+    for learner in (one, two):
+        learner.update(RolloutBatch(rollout), 128)
+    for (name, a), b in zip(one.model.state_dict().items(), two.model.state_dict().values()):
+        assert not torch.equal(a, before[name]), f"{name} did not train"
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)

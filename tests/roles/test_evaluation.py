@@ -47,3 +47,29 @@ def test_each_call_plays_the_state_it_is_given():
     used.returns(_policy_state(cfg, seed=0), episodes=4, seed=3, deterministic=False)
     again = used.returns(_policy_state(cfg, seed=1), episodes=8, seed=3, deterministic=False)
     assert again == EpisodeRunner(cfg).returns(_policy_state(cfg, seed=1), episodes=8, seed=3, deterministic=False)
+
+
+def test_a_recurrent_policy_is_played_with_its_state_as_an_actor_steps_it_greedily():
+    """Each episode carries its own state from zero: the returns are those of stepping the
+    model by hand, state and all, on the same seeds (and not those of a memoryless replay)."""
+    cfg = tiny_config(env={"id": "kilorl.envs.memory:CartPoleNoVelocity", "max_episode_steps": 500},
+                      model={"recurrent": {"type": "gru", "hidden_size": 8}})
+    state, runner = _policy_state(cfg, seed=4), EpisodeRunner(cfg)
+    got = runner.returns(state, episodes=3, seed=11)
+    model = get_algorithm(cfg.algo.name).load("model")(runner.envs[0].observation_space,
+                                                       runner.envs[0].action_space, cfg.model)
+    model.load_state_dict(state["model"])
+    expected, stateless = [], []
+    for k in range(3):
+        for carry, out in ((True, expected), (False, stateless)):
+            env = runner.envs[k]
+            obs, _ = env.reset(seed=11 + k)
+            memory, total, done = model.initial_state(1), 0.0, False
+            while not done:
+                action, _, _, new = model.act(torch.from_numpy(obs[None]), memory, deterministic=True)
+                memory = new if carry else model.initial_state(1)
+                obs, reward, terminated, truncated, _ = env.step(model.to_env_action(action)[0])
+                total, done = total + float(reward), terminated or truncated
+            out.append(total)
+    assert got == expected
+    assert got != stateless  # the state changes what is played

@@ -73,3 +73,24 @@ def test_one_and_two_learners_on_the_same_rollouts_end_with_equal_parameters(ray
         assert not np.allclose(value, untrained[name]), f"{name} did not train"  # the comparison means something
         np.testing.assert_array_equal(two[0][name], two[1][name])  # the ranks took identical steps
         np.testing.assert_allclose(two[0][name], value, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_one_and_two_learners_end_equal_on_a_recurrent_model_split_by_env_columns(ray_local):
+    """Minibatches of whole env columns, each unrolled from its saved state: the ranks' columns
+    together are one learner's minibatch (two minibatches, each in two micro-batches)."""
+    sections = {"algo": {"rollout_length": 32, "num_minibatches": 2, "update_epochs": 2},
+                "train": {"gradient_accumulation_steps": 2, "total_env_steps": 4096},
+                "model": {"recurrent": {"type": "lstm", "hidden_size": 8}}}
+    rng = np.random.default_rng(5)
+    batches = []
+    for i in range(2):
+        rollouts = [fake_rollout(seed=10 * i + a) for a in range(2)]
+        for r in rollouts:  # a saved state at rollout start, as an actor's policy leaves it
+            r.state = {k: rng.normal(size=(4, 1, 8)).astype(np.float32) for k in ("pi_h", "pi_c", "vf_h", "vf_c")}
+        batches.append(rollouts)
+    untrained, one = _trained_weights(tiny_config(parallelism={"learner": 1, "actor": 2}, **sections), batches, 1)
+    _, *two = _trained_weights(tiny_config(parallelism={"learner": 2, "actor": 2}, **sections), batches, 2)
+    for name, value in one.items():
+        assert not np.allclose(value, untrained[name]), f"{name} did not train"
+        np.testing.assert_array_equal(two[0][name], two[1][name])
+        np.testing.assert_allclose(two[0][name], value, rtol=1e-4, atol=1e-5, err_msg=name)

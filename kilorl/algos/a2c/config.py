@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -28,3 +28,10 @@ class A2CConfig(OnPolicyConfig):
             raise ValueError(
                 f"train.gradient_accumulation_steps={gradient_accumulation_steps} must divide the rollout batch {batch_size}"
             )
+
+    def check_recurrent(self, parallelism: Any, gradient_accumulation_steps: int) -> None:
+        """A recurrent model's micro-batches are whole env columns."""
+        columns = parallelism.actor * parallelism.envs_per_actor
+        if columns % gradient_accumulation_steps:
+            raise ValueError(f"train.gradient_accumulation_steps={gradient_accumulation_steps} must divide the "
+                             f"{columns} env columns (parallelism.actor x parallelism.envs_per_actor) with model.recurrent")

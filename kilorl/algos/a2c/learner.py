@@ -14,6 +14,7 @@ import torch
 from kilorl.algos import keys
 from kilorl.algos.actor_critic import ActorCriticLearner, ActorCriticState, adam, explained_variance, rmsprop
 from kilorl.algos.gae import rollout_gae
+from kilorl.algos.sequences import flat_rows, rollout_forward
 
 if TYPE_CHECKING:
     from kilorl.algos.a2c.config import A2CConfig
@@ -44,14 +45,26 @@ class A2CLearner(ActorCriticLearner):
             advantages = ac.normalized(advantages)
         lr = ac.set_lr(env_steps_total)
         micro = max(1, self.ctx.gradient_accumulation_steps)
-        parts = torch.arange(advantages.numel(), device=ac.device).chunk(micro)
+        if getattr(ac.model, "recurrent", False):  # micro-batches of whole env columns, from the saved state
+            T, N = rollout.shape
+            columns = list(torch.arange(N, device=ac.device).chunk(micro))
+            parts = [flat_rows(c, T, N) for c in columns]
+            sequence = rollout_forward(ac, rollout, obs, actions)
+
+            def forward(i: int) -> tuple[torch.Tensor, ...]:
+                return sequence(columns[i])
+        else:
+            parts = list(torch.arange(advantages.numel(), device=ac.device).chunk(micro))
+
+            def forward(i: int) -> tuple[torch.Tensor, ...]:
+                return ac.module.evaluate_actions(obs[parts[i]], actions[parts[i]])
         ac.optimizer.zero_grad(set_to_none=True)
         totals = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0}
         for i, part in enumerate(parts):
             quiet = ac.grad_comm.no_sync() if i < len(parts) - 1 else contextlib.nullcontext()
             with quiet:
                 with ac.autocast():
-                    logp, entropy, values = ac.module.evaluate_actions(obs[part], actions[part])
+                    logp, entropy, values = forward(i)
                 policy = -(advantages[part] * logp).mean()
                 value = 0.5 * ((returns[part] - values) ** 2).mean()
                 ent = entropy.mean()

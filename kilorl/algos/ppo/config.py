@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -39,3 +39,15 @@ class PPOConfig(OnPolicyConfig):
             raise ValueError(
                 f"train.gradient_accumulation_steps={gradient_accumulation_steps} must divide the minibatch size {mb}"
             )
+
+    def check_recurrent(self, parallelism: Any, gradient_accumulation_steps: int) -> None:
+        """A recurrent model trains on minibatches of whole env columns, taken alike from every
+        env runner's block (so 1 and K learners take the same steps)."""
+        envs = parallelism.envs_per_actor
+        if envs % self.num_minibatches:
+            raise ValueError(f"algo.num_minibatches={self.num_minibatches} must divide parallelism.envs_per_actor="
+                             f"{envs} with model.recurrent (a minibatch is whole env columns from every actor)")
+        columns = parallelism.actor * envs // self.num_minibatches
+        if columns % gradient_accumulation_steps:
+            raise ValueError(f"train.gradient_accumulation_steps={gradient_accumulation_steps} must divide the "
+                             f"{columns} env columns of a minibatch with model.recurrent")

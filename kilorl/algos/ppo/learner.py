@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import torch
@@ -11,16 +12,21 @@ from kilorl.algos import keys
 from kilorl.algos.actor_critic import ActorCriticLearner, ActorCriticState, explained_variance
 from kilorl.algos.gae import rollout_gae
 from kilorl.algos.ppo.loss import ppo_loss
+from kilorl.algos.sequences import column_minibatches, flat_rows, rollout_forward
 
 if TYPE_CHECKING:
     from kilorl.algos.api import LearnerContext, RolloutBatch
     from kilorl.algos.ppo.config import PPOConfig
+    from kilorl.core import Rollout
 
 _STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 
 
 Minibatch = torch.Tensor | slice
 """Rows of the flat ``[T * N]`` batch: an index tensor, or a slice for the whole batch."""
+
+Forward = Callable[[int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+"""Log-probs, entropies and values of a minibatch's ``i``-th micro-batch."""
 
 
 def minibatches(T: int, N: int, envs_per_actor: int, num_minibatches: int, device: torch.device) -> list[Minibatch]:
@@ -88,11 +94,13 @@ class PPOLearner(ActorCriticLearner):
         stats: dict[str, list[torch.Tensor]] = {k: [] for k in _STATS}
         grad_norms: list[torch.Tensor] = []
         stopped_early = 0.0
+        batches = self._recurrent_batches(rollout, obs, actions) if getattr(ac.model, "recurrent", False) else \
+            self._flat_batches(obs, actions)
         for _epoch in range(algo.update_epochs):
             epoch_kl: list[torch.Tensor] = []
-            for idx in minibatches(T, N, self.ctx.envs_per_env_runner, algo.num_minibatches, ac.device):
+            for idx, parts, forward in batches(T, N):
                 ac.optimizer.zero_grad(set_to_none=True)
-                self._minibatch(idx, obs, actions, old_logp, old_values, advantages, returns, stats, epoch_kl)
+                self._minibatch(idx, parts, forward, old_logp, old_values, advantages, returns, stats, epoch_kl)
                 grad_norms.append(ac.step())
             if algo.target_kl is not None:
                 kl = ac.grad_comm.average_scalars([float(torch.stack(epoch_kl).mean())])[0]
@@ -105,13 +113,38 @@ class PPOLearner(ActorCriticLearner):
                    explained_variance=explained_variance(ret, steps[keys.VALUES]), kl_early_stop=stopped_early)
         return out
 
-    def _minibatch(self, idx: Minibatch, obs: torch.Tensor, actions: torch.Tensor, old_logp: torch.Tensor,
+    def _flat_batches(self, obs: torch.Tensor,
+                      actions: torch.Tensor) -> Callable[[int, int], Iterator[tuple[Minibatch, list[Minibatch], Forward]]]:
+        """A memoryless model's epoch: minibatches of (time step, env) positions."""
+        ac, micro = self.ac, max(1, self.ctx.gradient_accumulation_steps)
+
+        def epoch(T: int, N: int) -> Iterator[tuple[Minibatch, list[Minibatch], Forward]]:
+            for idx in minibatches(T, N, self.ctx.envs_per_env_runner, self.algo.num_minibatches, ac.device):
+                parts = micro_batches(idx, micro)
+                yield idx, parts, lambda i, parts=parts: ac.module.evaluate_actions(obs[parts[i]], actions[parts[i]])
+
+        return epoch
+
+    def _recurrent_batches(self, rollout: Rollout, obs: torch.Tensor,
+                           actions: torch.Tensor) -> Callable[[int, int], Iterator[tuple[Minibatch, list[Minibatch], Forward]]]:
+        """A recurrent model's epoch: minibatches of whole env columns, each unrolled over the
+        rollout from the state saved at its start (``kilorl.algos.sequences``)."""
+        ac, micro = self.ac, max(1, self.ctx.gradient_accumulation_steps)
+        forward = rollout_forward(ac, rollout, obs, actions)
+
+        def epoch(T: int, N: int) -> Iterator[tuple[Minibatch, list[Minibatch], Forward]]:
+            for cols in column_minibatches(N, self.ctx.envs_per_env_runner, self.algo.num_minibatches, ac.device):
+                col_parts = list(cols.chunk(micro))
+                parts: list[Minibatch] = [flat_rows(c, T, N) for c in col_parts]
+                yield torch.cat(parts), parts, lambda i, col_parts=col_parts: forward(col_parts[i])
+
+        return epoch
+
+    def _minibatch(self, idx: Minibatch, parts: list[Minibatch], forward: Forward, old_logp: torch.Tensor,
                    old_values: torch.Tensor, advantages: torch.Tensor, returns: torch.Tensor,
                    stats: dict[str, list[torch.Tensor]], epoch_kl: list[torch.Tensor]) -> None:
-        """Forward/backward of one minibatch in ``gradient_accumulation_steps`` micro-batches."""
+        """Forward/backward of one minibatch in its micro-batches ``parts`` (consecutive pieces of ``idx``)."""
         ac, algo = self.ac, self.algo
-        micro = max(1, self.ctx.gradient_accumulation_steps)
-        parts = micro_batches(idx, micro)
         # Whole-minibatch advantage statistics (over every rank's share of it): micro-batching
         # and the number of learners change memory use and communication, not the maths.
         norm = ac.normalized(advantages[idx]) if algo.norm_adv else advantages[idx]
@@ -121,7 +154,7 @@ class PPOLearner(ActorCriticLearner):
             quiet = ac.grad_comm.no_sync() if i < len(parts) - 1 else contextlib.nullcontext()
             with quiet:
                 with ac.autocast():
-                    new_logp, entropy, new_values = ac.module.evaluate_actions(obs[part], actions[part])
+                    new_logp, entropy, new_values = forward(i)
                 loss = ppo_loss(
                     new_logp, old_logp[part], norm[offset : offset + rows(part)], new_values, old_values[part],
                     returns[part], entropy,
