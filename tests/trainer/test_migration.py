@@ -83,6 +83,28 @@ def test_one_node_a_leaking_actor_and_learner_are_restarted_in_place_and_the_run
     assert len(after) >= 10 and all(math.isfinite(v) for v in after)
 
 
+LONG_ROLLOUT_STEP_S = 0.11
+"""SlowCartPole's step time for the mid-rollout test: one rollout (4 envs x 32 steps) takes >= 14 s,
+longer than the detector's warm-up, half window and confirmations (~8 s) after the actor starts."""
+
+
+@pytest.mark.slow
+def test_one_node_a_leaking_actor_is_restarted_in_place_during_its_first_rollout_not_after_the_iteration(
+        ray_local, tmp_path):
+    cfg = slow_env(migration_config([{"role": "actor", "rank": 0, "bytes_per_s": LEAK_BYTES_PER_S}], 128, actors=1),
+                   step_s=LONG_ROLLOUT_STEP_S)
+    assert cfg.rollout_steps == 128  # the whole run is one rollout: a decision between iterations would come too late
+    result = Trainer(cfg, tmp_path / "run").fit()
+    assert result.stopped is None and result.env_steps == 128
+    [rec] = [json.loads(x) for x in (tmp_path / "run/monitor/migrations.jsonl").read_text().splitlines()]
+    assert (rec["role"], rec["rank"], rec["outcome"]) == ("actor", 0, "restarted_in_place")
+    assert (rec["iteration"], rec["env_steps"]) == (0, 0)  # decided while the data path waited for the rollout
+    assert "1 unfinished rollout(s) of it dropped" in rec["detail"]
+    assert rec["level_bytes"] < rec["limit_bytes"] == BUDGET_BYTES
+    [row] = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    assert (row["iteration"], row["env_steps"], row["lost_rollouts"]) == (1, 128, 1)  # collected again, counted once
+
+
 @pytest.mark.slow
 def test_two_raylets_a_leaking_actor_and_learner_move_to_the_other_node_and_the_run_finishes_exactly():
     out = subprocess.run([sys.executable, "-m", "tests.trainer.migration_check"], capture_output=True, text=True,
