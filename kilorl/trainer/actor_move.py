@@ -93,6 +93,7 @@ class ActorMoves:
         finished = ray.wait(in_flight, num_returns=len(in_flight), timeout=0)[0] if in_flight else []
         unfinished = len(in_flight) - len(finished)
         ray.kill(self.m.roles.actors[i])
+        record.old_ended_s = time.monotonic() - t0
         new = self.m.roles.spawn_actor(i, seed, self.m.bundle("actor", i), replacement=True)
         self.m.roles.actors[i] = new  # the loop collects the dropped rollouts again from the new handle
         self.m.forget_role("actor", i)

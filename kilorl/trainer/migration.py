@@ -29,9 +29,12 @@ only while no learner update is in flight (a decision taken during one waits for
   first: an actor's unfinished rollouts are dropped and collected again from the new one
   (``lost_rollouts``, as for a killed actor), a learner's replacement starts from a fresh
   checkpoint (``kilorl.trainer.learner_move``); event and outcome ``restarted_in_place``;
-* a store worker with no other worker to take its objects (the head's on one node): event
-  ``no_room``, a clean checkpoint, and the run stops (never a crash); the run's last line
-  and exit code say so (``kilorl.trainer.early_stop``).
+  a learner's restart runs actor-only rounds while it waits for the new process (``wait_for``);
+* a store worker with no other worker to take its objects (the head's on one node): with
+  ``sync.durable`` it restarts in place, on its port, empty, and its durable objects come back
+  from L2 (``StoreFleet.restart_in_place``; event and outcome ``restarted_in_place``); without,
+  its objects would be lost: event ``no_room``, a clean checkpoint, and the run stops (never a
+  crash); the run's last line and exit code say so (``kilorl.trainer.early_stop``).
 
 Events and records: kilorl.trainer.migration_record.
 """
@@ -51,13 +54,16 @@ from kilorl.trainer.learner_move import LearnerGroupLost, move_learner
 from kilorl.trainer.migration_record import IN_PLACE, MigrationLog, MigrationRecord
 from kilorl.trainer.replacement import available_per_node, ray_nodes, replacement_node
 from kilorl.trainer.session import MONITOR_GROUP
-from kilorl.trainer.waiting import RunStopped
+from kilorl.trainer.waiting import WAIT_TICK_S, RunStopped
 
 if TYPE_CHECKING:
     from kilorl.trainer.data_path import DataPath
     from kilorl.trainer.session import RoleSession
 
 __all__ = ["IN_PLACE", "MigrationRecord", "Migrator"]
+
+ANSWER_WAIT_S = 0.2
+"""How long a round waits for the roles' ``memory_status`` answers (an answer still out is read next round)."""
 
 RESOURCE_KEYS = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
 """Ray ``.options`` resource arguments and the node resource each one takes."""
@@ -77,7 +83,9 @@ class Migrator:
         self._asks: dict[tuple[str, int], Any] = {}
         self._status: dict[tuple[str, int], list[MemoryStatus]] = {}
         self._next_round = 0.0
-        self._deferred: list[MigrationDecision] = []
+        self._loop: DataPath | None = None
+        """The data path of the last round (what a round inside a learner's restart works on)."""
+        self._deferred: list[tuple[MigrationDecision, float]] = []
         """Learner and store decisions taken while an update was in flight: carried out after it."""
 
     @property
@@ -91,18 +99,20 @@ class Migrator:
         ``updating``: a learner update is in flight, so only actors are replaced now; other
         decisions wait for a round without one.
         """
+        self._loop = loop
         self.actors.advance(loop)  # replacements started in earlier rounds: swap in those that serve
         if self.stop_reason is not None:
             return True
         if not updating and self._deferred:
-            self._carry_out_all(self._deferred, loop, updating)
-            self._deferred = []
+            deferred, self._deferred = self._deferred, []
+            self._carry_out_all(deferred, loop, updating)
         now = time.monotonic()
         if now < self._next_round or self.stop_reason is not None:
             return self.stop_reason is not None
         self._next_round = now + self.config.prometheus.push_interval_s
         self._poll()
-        self._carry_out_all(self.policy.decide([s for v in self._status.values() for s in v], now), loop, updating)
+        decisions = self.policy.decide([s for v in self._status.values() for s in v], now)
+        self._carry_out_all([(d, now) for d in decisions], loop, updating)
         return self.stop_reason is not None
 
     def while_waiting(self, loop: DataPath, updating: bool) -> None:
@@ -110,14 +120,29 @@ class Migrator:
         if self.round(loop, updating):
             raise RunStopped(self.stop_reason or "")
 
-    def _carry_out_all(self, decisions: list[MigrationDecision], loop: DataPath, updating: bool) -> None:
+    def wait_for(self, refs: list[Any], timeout: float) -> list[Any]:
+        """``ray.get(refs, timeout=timeout)`` for a learner's restart, running actor-only rounds while it
+        waits: a replacement learner takes seconds to a minute to start, a fast-leaking actor has less."""
+        import ray
+
+        deadline = time.monotonic() + timeout
+        while len(ray.wait(refs, num_returns=len(refs), timeout=WAIT_TICK_S)[0]) < len(refs):
+            if time.monotonic() > deadline:
+                raise ray.exceptions.GetTimeoutError(f"not done within {timeout:g}s")
+            if self._loop is not None:
+                self.round(self._loop, updating=True)
+        return ray.get(refs)
+
+    def _carry_out_all(self, decisions: list[tuple[MigrationDecision, float]], loop: DataPath,
+                       updating: bool) -> None:
+        """Each ``(decision, when it was taken)``; during an update only the actors' (the rest wait)."""
         # an actor's move returns at once, a learner's blocks until its replacement serves: actors first,
         # so that a leaking actor is not left to grow while a learner restarts
-        for decision in sorted(decisions, key=lambda d: d.role != "actor"):
+        for decision, decided in sorted(decisions, key=lambda x: x[0].role != "actor"):
             if updating and decision.role != "actor":
-                self._deferred.append(decision)
+                self._deferred.append((decision, decided))
                 continue
-            self._carry_out(decision, loop)
+            self._carry_out(decision, loop, decided)
             if self.stop_reason is not None:
                 break
 
@@ -134,7 +159,9 @@ class Migrator:
             if key not in self._asks:
                 self._asks[key] = handle.memory_status.options(concurrency_group=MONITOR_GROUP).remote()
         refs = {ref: key for key, ref in self._asks.items()}
-        done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        # the roles answer from their own thread in milliseconds: read this round's answers in this round
+        # (a round later is a second a 100 MiB/s leak does not have); one still out is read next round
+        done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=ANSWER_WAIT_S)
         for ref in done:
             key = refs[ref]
             del self._asks[key]
@@ -152,8 +179,10 @@ class Migrator:
         return getattr(monitor, "store", None)
 
     # -- carrying a decision out ------------------------------------------------------------------
-    def _carry_out(self, d: MigrationDecision, loop: DataPath) -> None:
-        t0, wall = time.monotonic(), time.time()
+    def _carry_out(self, d: MigrationDecision, loop: DataPath, decided: float) -> None:
+        """``decided``: when the policy took ``d`` (monotonic): the record's times count from there."""
+        t0 = decided
+        wall = time.time() - (time.monotonic() - decided)
         self.log.event(d.role, d.rank, "decided")
         status = next((s for s in self._status.get((d.role, d.rank), []) if s.memory == d.memory), None)
         record = MigrationRecord(d.role, d.rank, "failed", d.node, None, d.reason, loop.iteration, loop.env_steps,
@@ -180,7 +209,10 @@ class Migrator:
                     self.actors.start(d, record, t0, target, options)
                 return
             try:
-                detail = room + move_learner(self, d, loop, target, options)
+                def ended() -> None:
+                    record.old_ended_s = time.monotonic() - t0
+
+                detail = room + move_learner(self, d, loop, target, options, ended)
             except LearnerGroupLost as err:
                 record.detail = room + str(err)
                 self._lost(record, err.checkpoint)
@@ -207,7 +239,11 @@ class Migrator:
             self.log.finish(record)
             return
         if len(live) < 2:
-            record.detail = "no other store worker to hand its objects to"
+            if self.roles.cfg.sync.durable:  # its objects come back from L2: restart it where it is
+                self._restart_store_in_place(d, record, t0, node_id)
+                return
+            record.detail = ("no other store worker to hand its objects to, and without sync.durable a restart "
+                             "in place would lose them")
             self.stop(record, "no_room")
             return
         if node_id == fleet.connector.head:
@@ -230,6 +266,30 @@ class Migrator:
             record.detail = (f"{held if held is not None else 'its'} objects handed to the other "
                              f"{len(live) - 1} worker(s); policy version {version} reads whole without it")
         self.log.event(d.role, d.rank, record.outcome)
+        self.log.finish(record)
+
+    def _restart_store_in_place(self, d: MigrationDecision, record: MigrationRecord, t0: float, node_id: str) -> None:
+        """The only store worker restarts on its own port, empty; its durable objects come back from
+        L2 and every client reconnects (docs/architecture.md, "Store worker restarts")."""
+        reporter, fleet = self._store_reporter(), self.roles.fleet
+        record.to_node = record.from_node
+        self.log.event(d.role, d.rank, "started")
+        held = reporter.objects(d.rank)
+        try:
+            pid = fleet.restart_in_place(node_id, timeout=self.config.migration.ready_timeout_s)
+            record.old_ended_s = time.monotonic() - t0  # (an upper bound: it ended before the new one served)
+            reporter.restarted(d.rank)  # a fresh detector: the old process's history went with it
+            self.forget_role("store", d.rank)
+            version = self._read_latest_policy()
+        except Exception as err:  # noqa: BLE001 - no worker may serve the run any more: stop on a checkpoint
+            record.detail = f"the restart in place failed: {type(err).__name__}: {err}"
+            self.stop(record, "failed")
+            return
+        record.outcome, record.serving_s = IN_PLACE, time.monotonic() - t0
+        record.detail = (f"no other store worker to hand its objects to; the old process ended first "
+                         f"({held if held is not None else 'its'} objects), the new one (pid {pid}) recovered "
+                         f"the durable ones from L2; policy version {version} reads whole")
+        self.log.event(d.role, d.rank, IN_PLACE)
         self.log.finish(record)
 
     def _read_latest_policy(self) -> int:

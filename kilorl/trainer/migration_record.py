@@ -42,6 +42,8 @@ class MigrationRecord:
     serving_s: float | None
     """Seconds from the decision to the replacement serving (None when none serves)."""
     detail: str = ""
+    old_ended_s: float | None = None
+    """Seconds from the decision to the old process ending (a restart in place: when its leak stopped)."""
 
 
 class MigrationLog:
