@@ -9,6 +9,7 @@ checkpoint written just before.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -57,8 +58,11 @@ def move_learner(m: Migrator, d: MigrationDecision, loop: DataPath, node_id: str
 
     timeout = m.config.migration.ready_timeout_s
     olds = list(m.roles.learners)
-    before = ray.get(olds[d.rank].weights_digest.remote(), timeout=timeout)
+    t0 = time.monotonic()
+    digest = olds[d.rank].weights_digest.remote()  # in flight while the checkpoint is taken
     path = m.save()
+    before = ray.get(digest, timeout=timeout)
+    took = time.monotonic() - t0
     in_place, gang = node_id is None, len(olds) > 1
     ends_first = gang or in_place
     if ends_first:  # the old processes' bundles are where the new ones start: free them first, and at
@@ -92,4 +96,5 @@ def move_learner(m: Migrator, d: MigrationDecision, loop: DataPath, node_id: str
         ended()
     group = f"; all {len(olds)} learners restarted (the process group re-formed)" if gang else ""
     where = "; the old process ended first, the new one started in its bundle" if in_place else ""
-    return f"resumed from {path.name} at version {loop.iteration} (weights digest {before:.6g}){group}{where}"
+    return (f"resumed from {path.name} at version {loop.iteration} (weights digest {before:.6g}, checkpoint "
+            f"taken in {took:.1f} s){group}{where}")

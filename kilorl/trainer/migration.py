@@ -189,6 +189,9 @@ class Migrator:
                                  status.level_bytes if status else float("nan"),
                                  status.limit_bytes if status else None, wall, None)
         print(f"migration: decided to move {d.role}[{d.rank}] off node {d.node}: {d.reason}", flush=True)
+        waited = time.monotonic() - decided
+        if waited > 0.5:  # a learner or store decision taken during an update
+            record.reason += f"; carried out {waited:.1f} s later, after the learner update in flight"
         if d.role == "store":
             self._carry_out_store(d, record, t0)
             return
