@@ -116,7 +116,9 @@ def one_run(rate: float, seed: int, root: Path, roles: tuple[str, ...], watchdog
            "env_steps": last.get("env_steps"), "iteration": last.get("iteration"),
            "lost_rollouts": last.get("lost_rollouts"),
            "records": [{"role": r["role"], "outcome": r["outcome"], "level_gib": round(r["level_bytes"] / 2**30, 3),
-                        "limit_gib": round((r["limit_bytes"] or 0) / 2**30, 3), "forecast": r["reason"].split(", ")[-1],
+                        "limit_gib": round((r["limit_bytes"] or 0) / 2**30, 3),
+                        "forecast": r["reason"].split("; ")[0].split(", ")[-1],
+                        "waited": r["reason"].split("; ")[1] if "; " in r["reason"] else "",
                         "serving_s": None if r["serving_s"] is None else round(r["serving_s"], 2),
                         "old_ended_s": None if r.get("old_ended_s") is None else round(r["old_ended_s"], 2)}
                        for r in records]}
