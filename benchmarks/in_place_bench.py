@@ -134,6 +134,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rates", default="20,50,100", help="leak rates in MiB/s")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--first-seed", type=int, default=1, help="seeds first-seed .. first-seed + runs - 1")
     ap.add_argument("--out", help="run directories go here (default: a temporary directory)")
     ap.add_argument("--roles", default="actor,learner",
                     help="the roles that leak in each run (default: both at once; none: a run without a leak)")
@@ -143,7 +144,7 @@ def main() -> None:
     args = ap.parse_args()
     root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="in-place-"))
     for rate in (float(r) for r in args.rates.split(",")):
-        for seed in range(1, args.runs + 1):
+        for seed in range(args.first_seed, args.first_seed + args.runs):
             leaking = () if args.roles == "none" else tuple(args.roles.split(","))
             r = one_run(rate, seed, root, leaking, args.watchdog_gib * 2**30, args.leak_after_s)
             roles = {x["role"]: x for x in r["records"]}

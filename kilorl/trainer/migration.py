@@ -105,12 +105,13 @@ class Migrator:
             return True
         if not updating and self._deferred:
             deferred, self._deferred = self._deferred, []
-            self._carry_out_all(deferred, loop, updating)
+            self._carry_out_all(deferred, loop, updating, deferred=True)
         now = time.monotonic()
         if now < self._next_round or self.stop_reason is not None:
             return self.stop_reason is not None
         self._next_round = now + self.config.prometheus.push_interval_s
         self._poll()
+        now = time.monotonic()  # the verdicts are in: the decision is taken now
         decisions = self.policy.decide([s for v in self._status.values() for s in v], now)
         self._carry_out_all([(d, now) for d in decisions], loop, updating)
         return self.stop_reason is not None
@@ -134,15 +135,16 @@ class Migrator:
         return ray.get(refs)
 
     def _carry_out_all(self, decisions: list[tuple[MigrationDecision, float]], loop: DataPath,
-                       updating: bool) -> None:
-        """Each ``(decision, when it was taken)``; during an update only the actors' (the rest wait)."""
+                       updating: bool, deferred: bool = False) -> None:
+        """Each ``(decision, when it was taken)``; during an update only the actors' (the rest wait).
+        ``deferred``: these waited for an update in flight."""
         # an actor's move returns at once, a learner's blocks until its replacement serves: actors first,
         # so that a leaking actor is not left to grow while a learner restarts
         for decision, decided in sorted(decisions, key=lambda x: x[0].role != "actor"):
             if updating and decision.role != "actor":
                 self._deferred.append((decision, decided))
                 continue
-            self._carry_out(decision, loop, decided)
+            self._carry_out(decision, loop, decided, deferred)
             if self.stop_reason is not None:
                 break
 
@@ -179,8 +181,9 @@ class Migrator:
         return getattr(monitor, "store", None)
 
     # -- carrying a decision out ------------------------------------------------------------------
-    def _carry_out(self, d: MigrationDecision, loop: DataPath, decided: float) -> None:
-        """``decided``: when the policy took ``d`` (monotonic): the record's times count from there."""
+    def _carry_out(self, d: MigrationDecision, loop: DataPath, decided: float, deferred: bool = False) -> None:
+        """``decided``: when the policy took ``d`` (monotonic): the record's times count from there;
+        ``deferred``: it waited for a learner update in flight."""
         t0 = decided
         wall = time.time() - (time.monotonic() - decided)
         self.log.event(d.role, d.rank, "decided")
@@ -189,9 +192,8 @@ class Migrator:
                                  status.level_bytes if status else float("nan"),
                                  status.limit_bytes if status else None, wall, None)
         print(f"migration: decided to move {d.role}[{d.rank}] off node {d.node}: {d.reason}", flush=True)
-        waited = time.monotonic() - decided
-        if waited > 0.5:  # a learner or store decision taken during an update
-            record.reason += f"; carried out {waited:.1f} s later, after the learner update in flight"
+        if deferred:  # a learner or store decision taken during an update
+            record.reason += f"; carried out {time.monotonic() - decided:.1f} s later, after the learner update in flight"
         if d.role == "store":
             self._carry_out_store(d, record, t0)
             return

@@ -93,8 +93,8 @@ def test_an_actor_is_replaced_during_an_update_and_a_learner_only_once_no_update
     m = Migrator.__new__(Migrator)
     m.stop_reason, m._deferred = None, []
     carried: list[str] = []
-    monkeypatch.setattr(m, "_carry_out", lambda d, loop, decided: carried.append(d.role))
+    monkeypatch.setattr(m, "_carry_out", lambda d, loop, decided, deferred: carried.append((d.role, deferred)))
     m._carry_out_all([(_decision(r), 1.0) for r in ("learner", "actor", "store")], _Loop(), updating=True)
-    assert carried == ["actor"] and [(d.role, t) for d, t in m._deferred] == [("learner", 1.0), ("store", 1.0)]
-    m._carry_out_all(m._deferred, _Loop(), updating=False)
-    assert carried == ["actor", "learner", "store"]
+    assert carried == [("actor", False)] and [(d.role, t) for d, t in m._deferred] == [("learner", 1.0), ("store", 1.0)]
+    m._carry_out_all(m._deferred, _Loop(), updating=False, deferred=True)
+    assert carried == [("actor", False), ("learner", True), ("store", True)]
