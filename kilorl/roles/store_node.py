@@ -58,6 +58,24 @@ def read_info(path: Path) -> dict[str, Any] | None:
         return None
 
 
+INJECTED_FAULT_OPTIONS = ("--inject-leak", "--inject-leak-after")
+"""``kilorl store start`` options of a fault drill, each followed by its value."""
+
+
+def without_injected_faults(cmd: list[str]) -> list[str]:
+    """``cmd`` without the fault-injection options and their values."""
+    out: list[str] = []
+    skip = False
+    for arg in cmd:
+        if skip:
+            skip = False
+        elif arg in INJECTED_FAULT_OPTIONS:
+            skip = True
+        else:
+            out.append(arg)
+    return out
+
+
 class WorkerProcess:
     """A ``kilorl store start --foreground`` child, killed by the kernel when the thread that
     started it ends (start it from a thread that lives as long as the run).
@@ -101,12 +119,12 @@ class WorkerProcess:
         return self.address()
 
     def _watch(self) -> None:
-        cmd = [str(self.port) if prev == "--port" else a for prev, a in zip(["", *self.cmd], self.cmd)]
         while not self._stopping.wait(0.2):
             if self.proc.poll() is None or self._stopping.is_set():
                 continue
             self.restarts += 1
-            self.proc = self._spawn(cmd)
+            self.proc = self._spawn([str(self.port) if prev == "--port" else a
+                                     for prev, a in zip(["", *self.cmd], self.cmd)])
             try:
                 self._wait_ready(self.start_timeout)
             except (RuntimeError, TimeoutError):
@@ -130,6 +148,26 @@ class WorkerProcess:
 
     def pid(self) -> int:
         return self.proc.pid
+
+    def restart_in_place(self, timeout: float = 60.0) -> int:
+        """Ends the worker at once (SIGKILL: a leaking worker with no other member to hand its
+        objects to) and has the watchdog start it again on its port, without injected faults
+        (``--inject-leak``: the fault stays with the old process, as a role's does). Its memory
+        tiers start empty; durable objects come back from L2. Returns the new process's pid once it serves."""
+        if self.port is None:
+            raise RuntimeError("the store worker has not served yet; nothing to restart")
+        self.cmd = without_injected_faults(self.cmd)
+        old = self.proc
+        old.kill()
+        old.wait(timeout)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            proc = self.proc
+            data = read_info(self.info_file) if proc is not old else None
+            if data is not None and data.get("pid") == proc.pid:
+                return proc.pid
+            time.sleep(0.05)
+        raise TimeoutError(f"the store worker on {self.host} did not serve again within {timeout:g}s")
 
     def retire(self, timeout: float = 60.0) -> int:
         """Graceful leave, for good: SIGTERM makes a cluster worker hand its records and held
@@ -189,6 +227,10 @@ class StoreNode:
     def retire(self, timeout: float = 60.0) -> int:
         """The worker leaves the mesh for good, handing off its objects (``WorkerProcess.retire``)."""
         return self.worker.retire(timeout)
+
+    def restart_in_place(self, timeout: float = 60.0) -> int:
+        """The worker restarts on its port, empty, without injected faults (``WorkerProcess.restart_in_place``)."""
+        return self.worker.restart_in_place(timeout)
 
     def stop(self, timeout: float = 10.0) -> None:
         self.worker.stop(timeout)

@@ -17,6 +17,7 @@ from kilorl.config import Config
 from kilorl.core import RolloutInfo
 from kilorl.params.reconnect import ParametersLost
 from kilorl.trainer.session import ACTOR_MAX_RESTARTS, RoleSession
+from kilorl.trainer.waiting import WaitHook, wait_some
 
 Completed = tuple[int, Any, RolloutInfo]
 """(env runner, rollout ref, its info)."""
@@ -35,6 +36,8 @@ class AsCompleted:
         self.ready: deque[Completed] = deque()
         self.lost_rollouts = self.republished = 0
         self.max_lost = cfg.parallelism.actor * ACTOR_MAX_RESTARTS
+        self.on_wait: WaitHook | None = None
+        """Called while the loop waits for a rollout (kilorl.trainer.waiting): the migrator's round."""
 
     def in_flight(self, actor: int) -> list[Any]:
         return [info for info, (j, _) in self.pending.items() if j == actor]
@@ -57,10 +60,10 @@ class AsCompleted:
         """The next rollout to complete; None when it was lost (and is being collected again)."""
         import ray
 
-        done, _ = ray.wait(list(self.pending), num_returns=1)
-        j, rollout_ref = self.pending.pop(done[0])
+        done = wait_some(list(self.pending), self.on_wait, updating=False)[0]
+        j, rollout_ref = self.pending.pop(done)
         try:
-            return j, rollout_ref, ray.get(done[0])
+            return j, rollout_ref, ray.get(done)
         except ParametersLost:  # the env runner's store worker restarted empty: republish, collect again
             if time.monotonic() > deadline:
                 raise

@@ -21,6 +21,7 @@ from kilorl.core import RolloutInfo
 if TYPE_CHECKING:
     from kilorl.config import Config
     from kilorl.trainer.session import RoleSession
+    from kilorl.trainer.waiting import WaitHook
 
 
 @dataclass
@@ -47,6 +48,8 @@ class DataPath(Protocol):
     """Env steps trained on so far (a lost rollout's steps are never counted)."""
     lost_rollouts: int
     """Rollouts lost with their env runner and collected again."""
+    on_wait: WaitHook | None
+    """Called while the data path waits for rollouts or updates (kilorl.trainer.waiting)."""
 
     def __iter__(self) -> Iterator[IterationResult]: ...
 

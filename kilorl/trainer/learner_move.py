@@ -9,6 +9,7 @@ checkpoint written just before.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -32,6 +33,9 @@ class Migrator(Protocol):
 
     def forget_role(self, role: str, rank: int) -> None: ...
 
+    def wait_for(self, refs: list[Any], timeout: float) -> list[Any]:
+        """``ray.get(refs, timeout=timeout)``, with actor-only migration rounds while it waits."""
+
 
 class LearnerGroupLost(RuntimeError):
     """The restarted learner group did not come up; the old one was already ended."""
@@ -43,9 +47,10 @@ class LearnerGroupLost(RuntimeError):
 
 
 def move_learner(m: Migrator, d: MigrationDecision, loop: DataPath, node_id: str | None,
-                 options: dict[str, Any]) -> str:
+                 options: dict[str, Any], ended: Callable[[], None] = lambda: None) -> str:
     """Restarts learner ``d.rank`` from a fresh checkpoint on ``node_id`` (None: in place, in its
-    own bundle), the whole group when there are several; returns the record's detail."""
+    own bundle), the whole group when there are several; returns the record's detail.
+    ``ended`` is called once the old process has ended."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -53,23 +58,28 @@ def move_learner(m: Migrator, d: MigrationDecision, loop: DataPath, node_id: str
 
     timeout = m.config.migration.ready_timeout_s
     olds = list(m.roles.learners)
-    before = ray.get(olds[d.rank].weights_digest.remote(), timeout=timeout)
+    t0 = time.monotonic()
+    digest = olds[d.rank].weights_digest.remote()  # in flight while the checkpoint is taken
     path = m.save()
-    state, _ = load_checkpoint(path)
+    before = ray.get(digest, timeout=timeout)
+    took = time.monotonic() - t0
     in_place, gang = node_id is None, len(olds) > 1
+    ends_first = gang or in_place
+    if ends_first:  # the old processes' bundles are where the new ones start: free them first, and at
+        for h in olds:  # once: reading the checkpoint back imports torch here, seconds a fast leak does not have
+            ray.kill(h)
+        ended()
+    state, _ = load_checkpoint(path)
     moved = (m.bundle("learner", d.rank) if node_id is None
              else {**options, "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)})
-    ends_first = gang or in_place
-    if ends_first:  # the old processes' bundles are where the new ones start: free them first
-        for h in olds:
-            ray.kill(h)
     new = [m.roles.spawn_learner(r, state, moved if r == d.rank else m.bundle("learner", r), replacement=True)
            for r in range(len(olds))]
     try:
-        master = ray.get(new[0].rendezvous.remote(), timeout=timeout) if gang else None
-        ray.get([h.start.remote(master) for h in new], timeout=timeout)
-        ray.get([h.publish.remote(loop.iteration) for h in new], timeout=timeout)  # republish the current version
-        after = ray.get([h.weights_digest.remote() for h in new], timeout=timeout)
+        # the new process starts in seconds to a minute: actors go on being watched (and replaced) meanwhile
+        master = m.wait_for([new[0].rendezvous.remote()], timeout)[0] if gang else None
+        m.wait_for([h.start.remote(master) for h in new], timeout)
+        m.wait_for([h.publish.remote(loop.iteration) for h in new], timeout)  # republish the current version
+        after = m.wait_for([h.weights_digest.remote() for h in new], timeout)
         if any(a != before for a in after):
             raise RuntimeError(f"the restarted learners' weights (digests {after}) differ from the old ({before})")
     except BaseException as err:
@@ -83,6 +93,8 @@ def move_learner(m: Migrator, d: MigrationDecision, loop: DataPath, node_id: str
         m.forget_role("learner", r)
     if not ends_first:
         ray.kill(olds[0])
+        ended()
     group = f"; all {len(olds)} learners restarted (the process group re-formed)" if gang else ""
     where = "; the old process ended first, the new one started in its bundle" if in_place else ""
-    return f"resumed from {path.name} at version {loop.iteration} (weights digest {before:.6g}){group}{where}"
+    return (f"resumed from {path.name} at version {loop.iteration} (weights digest {before:.6g}, checkpoint "
+            f"taken in {took:.1f} s){group}{where}")

@@ -19,11 +19,12 @@ from kilorl.params.reconnect import ParametersLost
 from kilorl.trainer.data_path import IterationResult
 from kilorl.trainer.loop_errors import LearnerLost
 from kilorl.trainer.session import ACTOR_MAX_RESTARTS, RoleSession
+from kilorl.trainer.waiting import WaitHook, wait_some
 
 __all__ = ["IterationResult", "OnPolicyLoop", "learner_results"]
 
 RESTART_WAIT_S = 120.0
-"""How long one batch waits for a restarting actor before the run fails."""
+"""How long a batch slot waits for its restarting actor, from the slot's first failure, before the run fails."""
 
 
 class OnPolicyLoop:
@@ -40,6 +41,10 @@ class OnPolicyLoop:
         self.max_lost = cfg.parallelism.actor * ACTOR_MAX_RESTARTS
         self.republished = 0
         """Times the current version was published again because a store worker lost it."""
+        self.on_wait: WaitHook | None = None
+        """Called while the loop waits (kilorl.trainer.waiting): the migrator's round."""
+        self._resolving: list[Any] = []
+        """Info refs of the batch being resolved (taken off ``pending``, still in flight)."""
 
     def _submit(self) -> None:
         min_version = max(self.first_version, self.next_collect - self.cfg.train.pipeline_depth)
@@ -57,36 +62,39 @@ class OnPolicyLoop:
         import ray
 
         infos: list[RolloutInfo | None] = [None] * len(info_refs)
-        lost = [False] * len(info_refs)
-        deadline = time.monotonic() + RESTART_WAIT_S
+        self._resolving = info_refs  # the same list: a slot collected again is seen by in_flight too
+        failed_at: dict[int, float] = {}
+        """Batch slot -> when it first failed: its restart wait runs from there."""
         while any(i is None for i in infos):
-            for j, ref in enumerate(info_refs):
-                if infos[j] is not None:
-                    continue
+            slots = {info_refs[j]: j for j in range(len(infos)) if infos[j] is None}
+            for ref in wait_some(list(slots), self.on_wait, updating=False):
+                j = slots[ref]
                 try:
                     infos[j] = ray.get(ref)
                     continue
                 except ParametersLost:  # the actor's store worker restarted empty: republish, collect again
-                    if time.monotonic() > deadline:
+                    if time.monotonic() - failed_at.setdefault(j, time.monotonic()) > RESTART_WAIT_S:
                         raise
                     self.republished += 1
                     ray.get(self.roles.learners[0].publish.remote(self.iteration))
-                except ray.exceptions.RayActorError:  # died mid-rollout, or still restarting
-                    if not lost[j]:
-                        lost[j] = True
+                except ray.exceptions.RayActorError:  # died mid-rollout, restarted in place, or still restarting
+                    if j not in failed_at:
+                        failed_at[j] = time.monotonic()
                         self.lost_rollouts += 1
                         if self.lost_rollouts > self.max_lost:
                             raise
-                    if time.monotonic() > deadline:
+                    if time.monotonic() - failed_at[j] > RESTART_WAIT_S:
                         raise
                     time.sleep(0.1)
                 again = self.roles.actors[j].collect.options(num_returns=2).remote(min_version, self.env_steps)
                 rollout_refs[j], info_refs[j] = again[0], again[1]
+        self._resolving = []
         return infos  # type: ignore[return-value]
 
     def in_flight(self, actor: int) -> list[Any]:
         """Refs of actor ``actor``'s rollouts submitted and not yet consumed (what a migration waits for)."""
-        return [info_refs[actor] for _, info_refs, _ in self.pending]
+        resolving = [self._resolving[actor]] if self._resolving else []
+        return resolving + [info_refs[actor] for _, info_refs, _ in self.pending]
 
     def _room(self) -> bool:
         """Another rollout still fits in the run's env-step budget."""
@@ -106,26 +114,27 @@ class OnPolicyLoop:
             self.env_steps = steps_after  # counted before _room: the rollout is consumed
             if self._room():
                 self._submit()
-            stats = {**learner_results(updates)[0], "lost_rollouts": float(self.lost_rollouts),
+            stats = {**learner_results(updates, self.on_wait)[0], "lost_rollouts": float(self.lost_rollouts),
                      "republished": float(self.republished)}
             self.iteration += 1
             yield IterationResult(self.iteration, self.env_steps, infos, stats, last=not self.pending)
 
 
-def learner_results(refs: list[Any]) -> list[dict[str, float]]:
+def learner_results(refs: list[Any], on_wait: WaitHook | None = None) -> list[dict[str, float]]:
     """Every learner's update stats; the first learner that died becomes ``LearnerLost``.
 
     Waits on whichever finishes first, so a dead rank is seen at once, not after the
-    survivors' all-reduce times out.
+    survivors' all-reduce times out; ``on_wait`` runs meanwhile, told an update is in flight.
     """
     import ray
 
     rank = {ref: r for r, ref in enumerate(refs)}
     pending = list(refs)
     while pending:
-        done, pending = ray.wait(pending, num_returns=1)
-        try:
-            ray.get(done[0])
-        except ray.exceptions.RayActorError as err:
-            raise LearnerLost(f"learner {rank[done[0]]} died ({type(err).__name__})") from err
+        for ref in wait_some(pending, on_wait, updating=True):
+            pending.remove(ref)
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError as err:
+                raise LearnerLost(f"learner {rank[ref]} died ({type(err).__name__})") from err
     return ray.get(refs)

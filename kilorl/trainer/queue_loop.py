@@ -83,7 +83,7 @@ class QueueLoop(AsCompleted):
             updates = [learner.update.remote(self.iteration + 1, steps_after, *refs[r * share:(r + 1) * share])
                        for r, learner in enumerate(self.roles.learners)]
             self.env_steps = steps_after
-            stats = {**learner_results(updates)[0], "lost_rollouts": float(self.lost_rollouts),
+            stats = {**learner_results(updates, self.on_wait)[0], "lost_rollouts": float(self.lost_rollouts),
                      "republished": float(self.republished), "queue_pauses": float(self.pauses),
                      "lag_dropped": float(self.dropped), "policy_lag_min": float(min(lags)),
                      "policy_lag_max": float(max(lags)), "queued_rollouts": float(len(self.ready))}

@@ -57,7 +57,7 @@ class ReplayLoop(AsCompleted):
                                                  *([batch[r][1]] if r < len(batch) else []))
                        for r in range(n)]
             self.env_steps = steps_after
-            stats = {**learner_results(updates)[0], "lost_rollouts": float(self.lost_rollouts),
+            stats = {**learner_results(updates, self.on_wait)[0], "lost_rollouts": float(self.lost_rollouts),
                      "republished": float(self.republished)}
             self.iteration += 1
             if not self.eager:

@@ -27,6 +27,11 @@ if TYPE_CHECKING:
 ACTOR_MAX_RESTARTS = 3
 """Times Ray restarts one actor process that died (kill -9, OOM) before the run gives up."""
 
+MONITOR_GROUP = "monitor"
+"""The Ray concurrency group of a role's ``memory_status``: its own thread, so the role answers
+while a ``collect`` or an ``update`` runs (kilorl.trainer.migration)."""
+ROLE_CONCURRENCY = {MONITOR_GROUP: 1}
+
 
 class StartupError(RuntimeError):
     """A role failed to start; the message names the role and the cause."""
@@ -181,7 +186,8 @@ class RoleSession:
         from kilorl.roles.remote import ActorProcess
 
         # No task retries inside Ray: the loop re-collects a lost rollout itself, and counts it.
-        actor_cls = ray.remote(max_restarts=ACTOR_MAX_RESTARTS, max_task_retries=0)(ActorProcess)
+        actor_cls = ray.remote(max_restarts=ACTOR_MAX_RESTARTS, max_task_retries=0,
+                               concurrency_groups=ROLE_CONCURRENCY)(ActorProcess)
         return actor_cls.options(**options).remote(self.cfg, self.store, index, seed=seed, **self._report(replacement))
 
     def spawn_learner(self, rank: int, state: dict[str, Any] | None, options: dict[str, Any],
@@ -192,7 +198,7 @@ class RoleSession:
 
         from kilorl.roles.remote import LearnerProcess
 
-        return ray.remote(LearnerProcess).options(**options).remote(
+        return ray.remote(concurrency_groups=ROLE_CONCURRENCY)(LearnerProcess).options(**options).remote(
             self.cfg, self.store, rank, self.cfg.parallelism.learner, self.backend, state=state,
             weights_version=weights_version, **self._report(replacement))
 

@@ -150,6 +150,20 @@ class StoreFleet:
         del c.nodes[node_id]  # its actor stays in ``nodes`` until close()
         return c.addresses[node_id]
 
+    def restart_in_place(self, node_id: str, timeout: float = 60.0) -> int:
+        """Restarts ``node_id``'s worker on its own port, empty (durable objects come back from
+        L2), without injected faults: the way out for a leaking worker that no other worker can
+        take the objects of. Clients reconnect to the same address. The new worker's pid."""
+        import ray
+
+        if self.local is not None and self.connector.files.get(node_id) == str(self.local.info_file):
+            return self.local.restart_in_place(timeout)
+        handle = self.connector.nodes.get(node_id) or next(
+            (n for n in self.nodes if ray.get(n.where.remote(), timeout=timeout)[0] == node_id), None)
+        if handle is None:
+            raise ValueError(f"node {node_id[:12]} has no store worker this run started")
+        return int(ray.get(handle.restart_in_place.remote(timeout), timeout=timeout + 15))
+
     def pids(self) -> list[int]:
         import ray
 

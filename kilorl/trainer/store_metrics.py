@@ -64,16 +64,26 @@ class StoreTierReporter:
         self.workers = list(workers)
         self.token = token
         self.every_s = config.prometheus.push_interval_s
-        self.metrics = [RoleMetrics("store", rank, node_label(node_id), sink=sink, sample_resources=False,
-                                    push_interval_s=config.prometheus.push_interval_s, leak=config.leak,
-                                    memory_budget_bytes=config.memory_budget_bytes.get("store"))
-                        for rank, (node_id, _) in enumerate(self.workers)]
+        self._sink, self._config = sink, config
+        self.metrics = [self._new_metrics(rank) for rank in range(len(self.workers))]
         self.retired: set[int] = set()
         """Ranks whose worker left the mesh (a migration): no longer read, their series gone."""
         self._clients: dict[str, Any] = {}
         self._next = 0.0
         self._seen: dict[tuple[str, str], tuple[int, int]] = {}
         """(address, tier) -> the worker's (hits, misses) at the last reading: counters advance by the difference."""
+
+    def _new_metrics(self, rank: int) -> RoleMetrics:
+        config = self._config
+        return RoleMetrics("store", rank, node_label(self.workers[rank][0]), sink=self._sink, sample_resources=False,
+                           push_interval_s=config.prometheus.push_interval_s, leak=config.leak,
+                           memory_budget_bytes=config.memory_budget_bytes.get("store"))
+
+    def restarted(self, rank: int) -> None:
+        """The worker of ``rank`` restarted in place: its series and leak detector start again."""
+        self._drop(self.workers[rank][1])
+        self.metrics[rank].close()
+        self.metrics[rank] = self._new_metrics(rank)
 
     def report(self, force: bool = False) -> None:
         """One reading of every worker (at most every push interval); a worker that does not answer is skipped."""

@@ -21,6 +21,7 @@ from kilorl.config import Config, apply_overrides, config_from_dict, dump_config
 from kilorl.trainer import early_stop
 from kilorl.trainer.cluster import Cluster
 from kilorl.trainer.loop_errors import LEARNER_MAX_RESTORES, LearnerLost
+from kilorl.trainer.waiting import RunStopped
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -218,40 +219,58 @@ class Trainer:
         checkpoint when due and at the end (a stop on ``stop_return`` saves the policy it measured)."""
         import ray
 
+        self._progress: tuple[int, int] = (loop.env_steps, loop.iteration)
+        """(env steps, iteration) of the last iteration: what a checkpoint records."""
+
         def save() -> Path:
             files = ray.get(roles.learners[0].checkpoint_files.remote())  # bytes: no torch on the driver
-            return ckpt.save(files, reporter.checkpoint_meta(env_steps, iteration))
+            return ckpt.save(files, reporter.checkpoint_meta(*self._progress))
 
         migrator = self._migrator(roles, save)
-        env_steps, iteration = loop.env_steps, loop.iteration
+        if migrator is not None:  # rounds while the data path waits, too: a fast leak is not left an iteration
+            loop.on_wait = lambda updating: migrator.while_waiting(loop, updating)
         try:
-            for it in loop:
-                env_steps, iteration = it.env_steps, it.iteration
-                if evals.due(env_steps):
-                    t_eval = time.perf_counter()
-                    it.stats.update(evals.run(roles.learners[0], env_steps))
-                    if evals.improved and self.cfg.evaluation.keep_best:
-                        files = ray.get(roles.learners[0].checkpoint_files.remote())
-                        ckpt.save_best(files, {**reporter.checkpoint_meta(env_steps, iteration),
-                                               "eval_return_mean": evals.last_mean})
-                    # its own time, so a benchmark can leave evaluations out of the training time
-                    it.stats["eval_s"] = time.perf_counter() - t_eval
-                solved = reporter.observe(it) or evals.reached()
-                if ckpt.due(env_steps):
-                    save()
-                if solved:
-                    break
-                if roles.monitor is not None:
-                    roles.monitor.refresh()  # exporters for nodes that joined mid-run
-                if migrator is not None and migrator.round(loop):
-                    stopped.append(migrator.stop_reason or "")
-                    break
-            if ckpt.last_steps != env_steps:  # the final state, unless it was just saved
+            env_steps, iteration = self._iterate(roles, loop, reporter, ckpt, evals, migrator, save)
+        except RunStopped as err:  # a migration during a wait could not be carried out
+            stopped.append(str(err))
+            env_steps = self._progress[0]
+        else:
+            if migrator is not None and migrator.stop_reason is not None:
+                stopped.append(migrator.stop_reason)
+            elif ckpt.last_steps != env_steps:  # the final state, unless it was just saved
                 save()
         finally:
             if migrator is not None:
                 migrator.close()
-        return env_steps, iteration
+        return self._progress
+
+    def _iterate(self, roles: RoleSession, loop: DataPath, reporter: Reporter, ckpt: Checkpointer,
+                 evals: EvaluationSchedule, migrator: Migrator | None, save: Callable[[], Path]) -> tuple[int, int]:
+        """Iterations until the budget is used, the run is solved or a migration stops it."""
+        import ray
+
+        for it in loop:
+            self._progress = (it.env_steps, it.iteration)
+            env_steps = it.env_steps
+            if evals.due(env_steps):
+                t_eval = time.perf_counter()
+                it.stats.update(evals.run(roles.learners[0], env_steps))
+                if evals.improved and self.cfg.evaluation.keep_best:
+                    files = ray.get(roles.learners[0].checkpoint_files.remote())
+                    ckpt.save_best(files, {**reporter.checkpoint_meta(env_steps, it.iteration),
+                                           "eval_return_mean": evals.last_mean})
+                # its own time, so a benchmark can leave evaluations out of the training time
+                it.stats["eval_s"] = time.perf_counter() - t_eval
+            solved = reporter.observe(it) or evals.reached()
+            if ckpt.due(env_steps):
+                save()
+            if solved:
+                break
+            if roles.monitor is not None:
+                roles.monitor.refresh()  # exporters for nodes that joined mid-run
+            if migrator is not None and migrator.round(loop):
+                break
+        return self._progress
 
     def _migrator(self, roles: RoleSession, save: Callable[[], Path]) -> Migrator | None:
         """The run's migration executor when the monitor runs and migration is on (docs/monitor.md)."""

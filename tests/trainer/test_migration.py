@@ -3,8 +3,8 @@
 The end-to-end check runs on a 2-raylet ``ray.cluster_utils.Cluster`` in a fresh process
 (tests/trainer/migration_check.py): an actor and a learner with an injected leak are moved
 to the other node before their limit, and the run finishes with exact env-step accounting.
-On one node there is nowhere to go: an actor or a learner restarts in place; a store worker
-with no other worker to take its objects cannot, and the run checkpoints and stops.
+On one node there is nowhere to go: an actor, a learner or a store worker whose objects are
+durable (``sync.durable``) restarts in place; the actor even while its rollout runs.
 """
 
 from __future__ import annotations
@@ -83,6 +83,30 @@ def test_one_node_a_leaking_actor_and_learner_are_restarted_in_place_and_the_run
     assert len(after) >= 10 and all(math.isfinite(v) for v in after)
 
 
+STORE_BATCHES = 60
+"""Batches of the store worker's run: it leaks from its start, so its decision comes ~10 s in (>= 11 s of batches)."""
+LONG_ROLLOUT_STEP_S = 0.11
+"""SlowCartPole's step time for the mid-rollout test: one rollout (4 envs x 32 steps) takes >= 14 s,
+longer than the detector's warm-up, half window and confirmations (~8 s) after the actor starts."""
+
+
+@pytest.mark.slow
+def test_one_node_a_leaking_actor_is_restarted_in_place_during_its_first_rollout_not_after_the_iteration(
+        ray_local, tmp_path):
+    cfg = slow_env(migration_config([{"role": "actor", "rank": 0, "bytes_per_s": LEAK_BYTES_PER_S}], 128, actors=1),
+                   step_s=LONG_ROLLOUT_STEP_S)
+    assert cfg.rollout_steps == 128  # the whole run is one rollout: a decision between iterations would come too late
+    result = Trainer(cfg, tmp_path / "run").fit()
+    assert result.stopped is None and result.env_steps == 128
+    [rec] = [json.loads(x) for x in (tmp_path / "run/monitor/migrations.jsonl").read_text().splitlines()]
+    assert (rec["role"], rec["rank"], rec["outcome"]) == ("actor", 0, "restarted_in_place")
+    assert (rec["iteration"], rec["env_steps"]) == (0, 0)  # decided while the data path waited for the rollout
+    assert "1 unfinished rollout(s) of it dropped" in rec["detail"]
+    assert rec["level_bytes"] < rec["limit_bytes"] == BUDGET_BYTES
+    [row] = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    assert (row["iteration"], row["env_steps"], row["lost_rollouts"]) == (1, 128, 1)  # collected again, counted once
+
+
 @pytest.mark.slow
 def test_two_raylets_a_leaking_actor_and_learner_move_to_the_other_node_and_the_run_finishes_exactly():
     out = subprocess.run([sys.executable, "-m", "tests.trainer.migration_check"], capture_output=True, text=True,
@@ -109,15 +133,23 @@ def test_two_raylets_a_leaking_actor_and_learner_move_to_the_other_node_and_the_
 
 
 @pytest.mark.slow
-def test_one_node_has_no_other_store_worker_so_a_leaking_one_is_checkpointed_and_the_run_stops(ray_local, tmp_path):
-    cfg = migration_config([{"role": "store", "rank": 0, "bytes_per_s": LEAK_BYTES_PER_S}], 256 * 4000)
+def test_one_node_a_leaking_durable_store_worker_restarts_in_place_from_l2_and_the_run_finishes_exactly(
+        ray_local, tmp_path):
+    # without sync.durable the same leak stops the run (no_room): tests/trainer/test_early_stop.py
+    cfg = slow_env(migration_config([{"role": "store", "rank": 0, "bytes_per_s": LEAK_BYTES_PER_S}],
+                                    STORE_BATCHES * 256))
+    cfg = cfg.model_copy(update={"sync": cfg.sync.model_copy(update={"durable": True})})
     result = Trainer(cfg, tmp_path / "run").fit()
-    assert result.stopped is not None and "could not be moved" in result.stopped
-    assert 0 < result.env_steps < cfg.train.total_env_steps and result.env_steps % cfg.rollout_steps == 0
-    [record] = [json.loads(x) for x in (tmp_path / "run/monitor/migrations.jsonl").read_text().splitlines()]
-    assert (record["role"], record["rank"], record["outcome"]) == ("store", 0, "no_room")
-    assert "no other store worker" in record["detail"]
-    assert record["level_bytes"] < record["limit_bytes"] == BUDGET_BYTES
+    assert result.stopped is None
+    rows = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    assert result.env_steps == cfg.train.total_env_steps == rows[-1]["iteration"] * cfg.rollout_steps  # exact accounting
+    [rec] = [json.loads(x) for x in (tmp_path / "run/monitor/migrations.jsonl").read_text().splitlines()]
+    assert (rec["role"], rec["rank"], rec["outcome"]) == ("store", 0, "restarted_in_place"), rec
+    assert rec["from_node"] == rec["to_node"] and rec["level_bytes"] < rec["limit_bytes"] == BUDGET_BYTES
+    assert "recovered the durable ones from L2" in rec["detail"] and "reads whole" in rec["detail"]
+    # training went on after the restart: versions kept being published and episodes kept finishing
+    after = [x for x in rows if x["iteration"] > rec["iteration"]]
+    assert len(after) >= 10 and all(math.isfinite(x["episode_return_mean"]) for x in after if "episode_return_mean" in x)
 
 
 @pytest.mark.slow

@@ -62,6 +62,28 @@ def test_a_killed_store_node_actor_takes_its_worker_with_it(ray_local):
     fleet.nodes = []
 
 
+def test_a_store_worker_restarted_in_place_serves_again_on_its_port_without_its_injected_leak(tmp_path):
+    from kilorl.roles.store_node import WorkerProcess
+    from kilorl.store import StoreClient
+    from kilorl.store.client.reconnect import RECONNECT_TIMEOUT_S
+    from kilorl.trainer.store_fleet import worker_options
+
+    leak = ["--inject-leak", str(8 * 2**20), "--inject-leak-after", "0"]
+    worker = WorkerProcess("127.0.0.1", "t" * 32, "32MiB", 2, None, "restart-test", l2_dir=str(tmp_path / "l2"),
+                           extra=worker_options(RECONNECT_TIMEOUT_S, leak))
+    try:
+        address, old = worker.wait_ready(), worker.pid()
+        new = worker.restart_in_place(timeout=60)
+        assert new != old and (not psutil.pid_exists(old) or psutil.Process(old).status() == psutil.STATUS_ZOMBIE)
+        assert worker.address() == address and worker.restarts == 1  # the same port: clients reconnect to it
+        assert "--inject-leak" not in " ".join(psutil.Process(new).cmdline())  # the fault stayed with the old one
+        client = StoreClient(address, "t" * 32, zero_copy=False)
+        assert client.ping()
+        client.close()
+    finally:
+        worker.stop()
+
+
 @pytest.mark.parametrize("address", ["no-port-here", "host:notaport"])
 def test_a_malformed_store_address_is_refused_naming_the_field(address):
     from kilorl.trainer.store_fleet import StoreFleet
