@@ -74,16 +74,16 @@ def _run_loop(cfg):
 
 def test_a_slowed_env_runner_delays_only_its_own_rollouts(ray_local, tmp_path):
     marker = tmp_path / "slow"
-    # 3 runners x 2 envs x 16 steps; one runner's envs sleep 5 ms a step (>= 80 ms a rollout), the others' do not
-    cfg = _queue_cfg({"id": "tests.trainer.broken_env:SlowInOneProcess", "kwargs": {"marker": str(marker)}},
-                     {"rollouts_per_batch": 2, "max_queued_rollouts": 4}, total=120 * 32, actors=3)
+    # 3 runners x 2 envs x 16 steps; one runner's envs sleep 10 ms a step (>= 160 ms a rollout), the others' do not
+    cfg = _queue_cfg({"id": "tests.trainer.broken_env:SlowInOneProcess", "kwargs": {"marker": str(marker), "step_s": 0.01}},
+                     {"rollouts_per_batch": 2, "max_queued_rollouts": 4}, total=90 * 32, actors=3)
     results, pids, _, loop = _run_loop(cfg)
     slow = pids.index(int(marker.read_text()))
     trained = [0, 0, 0]
     for it in results:
         for info in it.infos:
             trained[info["actor"]] += 1
-    assert results[-1].env_steps == 120 * 32 and sum(trained) == 120  # every rollout counted once
+    assert results[-1].env_steps == 90 * 32 and sum(trained) == 90  # every rollout counted once
     assert [results[-1].stats[f"rollouts_actor{j}"] for j in range(3)] == trained
     # lock-step would give every runner the same count; here each fast runner makes >= 3x the slow one's rollouts
     fast = [n for j, n in enumerate(trained) if j != slow]
