@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-SF_FPS = re.compile(r"^\[(\S+ \S+)\]\[\d+\] Fps is .*Total num frames: (\d+)\.")
+SF_FPS = re.compile(r"\[(\d{4}-\S+ \S+)\]\[\d+\] Fps is .*Total num frames: (\d+)\.")
 SF_LAG = re.compile(r"Policy #0 lag: \(min: ([-\d.]+), avg: ([-\d.]+), max: ([-\d.]+)\)")
 
 
@@ -63,12 +63,11 @@ def sf_run(args: argparse.Namespace, train_dir: Path) -> dict[str, Any]:
     log = out.stdout + out.stderr
     points, lags = [], []
     for line in log.splitlines():
-        if m := SF_FPS.search(line):
-            frames = int(m.group(2))
-            if frames > 0:
-                points.append((datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp(), frames))
-        if m := SF_LAG.search(line):
-            lags.append(tuple(float(g) for g in m.groups()))
+        m = SF_FPS.search(line)
+        if m and int(m.group(2)) > 0:  # the line before the first batch has no lag yet (-1)
+            points.append((datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp(), int(m.group(2))))
+            if lag := SF_LAG.search(line):
+                lags.append(tuple(float(g) for g in lag.groups()))
     if len(points) < 2:
         return {"error": f"rc {out.returncode}; {len(points)} Fps lines; " + log[-2000:]}
     (t0, f0), (t1, f1) = points[0], points[-1]
