@@ -11,6 +11,9 @@ migration record (outcome, the leaking role's RSS at the decision against its li
 forecast, decision -> serving) and the evaluation against CartPole's 475.
 
     PYTHONPATH=. python benchmarks/in_place_bench.py --rates 20,50,100 --runs 3
+
+``--example examples/cartpole_impala.yaml`` runs the same on the ``queue`` data path; there the
+accounting check is env steps = rollouts trained (the rows' ``rollouts_actor{j}``) x rollout size.
 """
 
 from __future__ import annotations
@@ -41,10 +44,11 @@ def overrides(rate_mib_s: float, seed: int, roles: tuple[str, ...] = ("actor", "
             f"monitor.inject_leaks=[{leaks}]"]
 
 
-def one_run(rate: float, seed: int, root: Path, roles: tuple[str, ...]) -> dict:
+def one_run(rate: float, seed: int, root: Path, roles: tuple[str, ...], example: str = "examples/cartpole_ppo.yaml",
+            extra: tuple[str, ...] = ()) -> dict:
     run = root / f"rate{rate:g}-s{seed}-{'-'.join(roles)}"
-    cmd = [sys.executable, "-m", "kilorl.cli.main", "train", "examples/cartpole_ppo.yaml", "--run-dir", str(run),
-           *sum((["-o", o] for o in overrides(rate, seed, roles)), [])]
+    cmd = [sys.executable, "-m", "kilorl.cli.main", "train", example, "--run-dir", str(run),
+           *sum((["-o", o] for o in [*overrides(rate, seed, roles), *extra]), [])]
     t0 = time.time()
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=900)
     wall = time.time() - t0
@@ -56,6 +60,7 @@ def one_run(rate: float, seed: int, root: Path, roles: tuple[str, ...]) -> dict:
            "last_line": out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr[-500:],
            "env_steps": last.get("env_steps"), "iteration": last.get("iteration"),
            "lost_rollouts": last.get("lost_rollouts"),
+           "rollouts_trained": sum(v for k, v in last.items() if k.startswith("rollouts_actor")) or None,
            "records": [{"role": r["role"], "outcome": r["outcome"], "level_gib": round(r["level_bytes"] / 2**30, 3),
                         "limit_gib": round((r["limit_bytes"] or 0) / 2**30, 3), "forecast": r["reason"].split(", ")[-1],
                         "serving_s": None if r["serving_s"] is None else round(r["serving_s"], 2)} for r in records]}
@@ -72,12 +77,14 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--out", help="run directories go here (default: a temporary directory)")
     ap.add_argument("--roles", default="actor,learner", help="the roles that leak in each run (default: both at once)")
+    ap.add_argument("--example", default="examples/cartpole_ppo.yaml")
+    ap.add_argument("-o", dest="extra", action="append", default=[], help="further config overrides")
     args = ap.parse_args()
     root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="in-place-"))
     for rate in (float(r) for r in args.rates.split(",")):
         for seed in range(1, args.runs + 1):
             leaking = tuple(args.roles.split(","))
-            r = one_run(rate, seed, root, leaking)
+            r = one_run(rate, seed, root, leaking, args.example, tuple(args.extra))
             roles = {x["role"]: x for x in r["records"]}
             r["replaced_before_limit"] = (sorted(roles) == sorted(leaking)
                                           and all(x["outcome"] == "restarted_in_place" and x["level_gib"] < x["limit_gib"]
