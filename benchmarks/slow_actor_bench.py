@@ -105,6 +105,9 @@ def main() -> None:
         for arm in ARMS:
             runs.append(run_arm(arm, args))
             print(json.dumps({"round": r, **runs[-1]}), flush=True)
+            if args.out:  # every run as it ends: a run cut short still leaves the ones before it
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "runs": runs}, indent=1))
     out = {"args": vars(args) | {"out": str(args.out)}, "runs": runs, **summarize(runs)}
     print(json.dumps({k: out[k] for k in ("medians", "fast_runners_slow_over_none", "queue_over_on_policy_with_slow_runner")},
                      indent=1))
