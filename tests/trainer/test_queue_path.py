@@ -22,6 +22,10 @@ def test_impala_and_appo_train_on_batches_of_the_first_rollouts_to_complete(ray_
     rows = read_metrics(tmp_path / "run")
     assert result.env_steps == 1024 and [r["env_steps"] for r in rows] == list(range(64, 1025, 64))
     assert all(0 <= r["policy_lag_min"] <= r["policy_lag"] <= r["policy_lag_max"] for r in rows)
+    for r in rows:  # per env runner: its rollouts trained so far, its batch lag within the batch's range
+        per_actor = [r[k] for k in r if k.startswith("policy_lag_actor")]
+        assert per_actor and all(r["policy_lag_min"] <= v <= r["policy_lag_max"] for v in per_actor)
+        assert r["rollouts_actor0"] + r["rollouts_actor1"] == r["env_steps"] // 32
     assert all(r["batch_columns"] == 4 for r in rows)  # two runners' rollouts of 2 env columns each
     assert rows[-1]["lag_dropped"] == 0
     if name == "appo":  # the surrogate's ratio is against the behaviour policy: lagged, so not always 1
