@@ -16,6 +16,9 @@ forecast, decision -> serving) and the evaluation against CartPole's 475.
 
 A watchdog protects the shared machine: a run with any process of its tree past
 ``--watchdog-gib`` (3.5 GiB: a role 1.5 GiB past its limit) is ended and reported as such.
+
+``--example examples/cartpole_impala.yaml`` runs the same on the ``queue`` data path; there the
+accounting check is env steps = rollouts trained (the rows' ``rollouts_actor{j}``) x rollout size.
 """
 
 from __future__ import annotations
@@ -95,10 +98,10 @@ def watched(cmd: list[str], watchdog_bytes: float, timeout_s: float) -> tuple[in
 
 
 def one_run(rate: float, seed: int, root: Path, roles: tuple[str, ...], watchdog_bytes: float,
-            leak_after_s: float) -> dict:
+            leak_after_s: float, example: str = "examples/cartpole_ppo.yaml", extra: tuple[str, ...] = ()) -> dict:
     run = root / f"rate{rate:g}-s{seed}-{'-'.join(roles) or 'none'}"
-    cmd = [sys.executable, "-m", "kilorl.cli.main", "train", "examples/cartpole_ppo.yaml", "--run-dir", str(run),
-           *sum((["-o", o] for o in overrides(rate, seed, roles, leak_after_s)), [])]
+    cmd = [sys.executable, "-m", "kilorl.cli.main", "train", example, "--run-dir", str(run),
+           *sum((["-o", o] for o in [*overrides(rate, seed, roles, leak_after_s), *extra]), [])]
     t0 = time.time()
     code, stdout, stderr, peak = watched(cmd, watchdog_bytes, timeout_s=900)
     wall = time.time() - t0
@@ -115,6 +118,7 @@ def one_run(rate: float, seed: int, root: Path, roles: tuple[str, ...], watchdog
            "last_line": stdout.strip().splitlines()[-1] if stdout.strip() else stderr[-500:],
            "env_steps": last.get("env_steps"), "iteration": last.get("iteration"),
            "lost_rollouts": last.get("lost_rollouts"),
+           "rollouts_trained": sum(v for k, v in last.items() if k.startswith("rollouts_actor")) or None,
            "records": [{"role": r["role"], "outcome": r["outcome"], "level_gib": round(r["level_bytes"] / 2**30, 3),
                         "limit_gib": round((r["limit_bytes"] or 0) / 2**30, 3),
                         "forecast": r["reason"].split("; ")[0].split(", ")[-1],
@@ -141,12 +145,15 @@ def main() -> None:
     ap.add_argument("--leak-after-s", type=float, default=5.0,
                     help="the leak begins this long after the role starts reporting (start-up included)")
     ap.add_argument("--watchdog-gib", type=float, default=3.5, help="end a run once a process of it has this RSS")
+    ap.add_argument("--example", default="examples/cartpole_ppo.yaml")
+    ap.add_argument("-o", dest="extra", action="append", default=[], help="further config overrides")
     args = ap.parse_args()
     root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="in-place-"))
     for rate in (float(r) for r in args.rates.split(",")):
         for seed in range(args.first_seed, args.first_seed + args.runs):
             leaking = () if args.roles == "none" else tuple(args.roles.split(","))
-            r = one_run(rate, seed, root, leaking, args.watchdog_gib * 2**30, args.leak_after_s)
+            r = one_run(rate, seed, root, leaking, args.watchdog_gib * 2**30, args.leak_after_s, args.example,
+                        tuple(args.extra))
             roles = {x["role"]: x for x in r["records"]}
             r["replaced_before_limit"] = (sorted(roles) == sorted(leaking)
                                           and all(x["outcome"] == "restarted_in_place" and x["level_gib"] < x["limit_gib"]

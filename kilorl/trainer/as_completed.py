@@ -38,6 +38,8 @@ class AsCompleted:
         self.max_lost = cfg.parallelism.actor * ACTOR_MAX_RESTARTS
         self.on_wait: WaitHook | None = None
         """Called while the loop waits for a rollout (kilorl.trainer.waiting): the migrator's round."""
+        self.restarting: set[int] = set()
+        """Env runners whose last rollout was lost and that have not completed one since."""
 
     def in_flight(self, actor: int) -> list[Any]:
         return [info for info, (j, _) in self.pending.items() if j == actor]
@@ -63,14 +65,18 @@ class AsCompleted:
         done = wait_some(list(self.pending), self.on_wait, updating=False)[0]
         j, rollout_ref = self.pending.pop(done)
         try:
-            return j, rollout_ref, ray.get(done)
+            info = ray.get(done)
+            self.restarting.discard(j)
+            return j, rollout_ref, info
         except ParametersLost:  # the env runner's store worker restarted empty: republish, collect again
             if time.monotonic() > deadline:
                 raise
             self.republished += 1
             ray.get(self.roles.learners[0].publish.remote(self.iteration))
         except ray.exceptions.RayActorError:  # died mid-rollout, or still restarting
-            self.lost_rollouts += 1
+            if j not in self.restarting:  # one lost rollout, however many tries the restart takes
+                self.restarting.add(j)
+                self.lost_rollouts += 1
             if self.lost_rollouts > self.max_lost or time.monotonic() > deadline:
                 raise
             time.sleep(0.1)

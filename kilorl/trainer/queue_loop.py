@@ -5,22 +5,29 @@ takes the newest published version without waiting. A learner batch is the first
 ``algo.queue.rollouts_per_batch`` rollouts to complete, dealt in equal shares to the learner
 ranks. Completed rollouts waiting for a learner are bounded by
 ``algo.queue.max_queued_rollouts``: past it, a runner that completes is not resubmitted until
-the queue drains (``queue_pauses`` counts it). A rollout more than
+the queue drains (``queue_pauses`` counts it), so at most ``max_queued_rollouts + actor - 1``
+rollouts are held, however slow the learners. Completions are taken while the learners train,
+so a runner never waits for an update. A rollout more than
 ``algo.queue.max_policy_lag`` versions behind the version being trained is dropped
 (``lag_dropped``) and its steps never counted. Every row reports the batch's lag (min, mean,
-max). A slow env runner delays only its own rollouts.
+max), and per env runner ``j`` the rollouts trained on so far (``rollouts_actor{j}``) and the
+mean lag of its rollouts in the batch (``policy_lag_actor{j}``, when it has one there). A slow
+env runner delays only its own rollouts.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Iterator
+from typing import Any
 
 from kilorl.config import Config
 from kilorl.trainer.as_completed import AsCompleted, Completed
 from kilorl.trainer.data_path import IterationResult
 from kilorl.trainer.loop import RESTART_WAIT_S, learner_results
 from kilorl.trainer.session import RoleSession
+from kilorl.trainer.waiting import wait_some
 
 
 class QueueLoop(AsCompleted):
@@ -33,6 +40,12 @@ class QueueLoop(AsCompleted):
         self.paused: list[int] = []
         """Env runners whose rollout completed while the queue was full: resubmitted as it drains."""
         self.pauses = self.dropped = 0
+        self.trained = [0] * len(roles.actors)
+        """Rollouts trained on, per env runner: how a slow runner's share shows."""
+
+    def in_flight(self, actor: int) -> list[Any]:
+        """Its collections under way and its completed rollouts still queued for a learner."""
+        return super().in_flight(actor) + [ref for j, ref, _ in self.ready if j == actor]
 
     def _submit(self, j: int) -> None:
         if not self._room():
@@ -47,25 +60,61 @@ class QueueLoop(AsCompleted):
         done = self._next_completed(deadline)
         if done is None:
             return
-        if self.iteration - done[2]["version"] > self.max_lag:  # too far behind to learn from
-            self.dropped += 1
-        else:
-            self.ready.append(done)
+        self.ready.append(done)
         self._submit(done[0])
 
     def _batch(self) -> list[Completed]:
         deadline = time.monotonic() + RESTART_WAIT_S
-        while len(self.ready) < self.per_batch and self.pending:
-            self._complete_one(deadline)
+        while True:
+            while len(self.ready) < self.per_batch and self.pending:
+                self._complete_one(deadline)
+            fresh = [c for c in self.ready if self.iteration - c[2]["version"] <= self.max_lag]
+            self.dropped += len(self.ready) - len(fresh)  # too far behind the version they would train
+            self.ready = deque(fresh)
+            self._resume_paused()  # nothing is taken yet: the budget counts every rollout held
+            if len(self.ready) >= self.per_batch or not self.pending:
+                break
         take = min(self.per_batch, len(self.ready))
         if take < self.per_batch:  # the budget's last rollouts: equal shares, or none (never counted)
             take -= take % len(self.roles.learners)
-        batch = [self.ready.popleft() for _ in range(take)]
-        for j in [j for j in self.paused]:  # the queue drained: paused runners go on
+        return [self.ready.popleft() for _ in range(take)]
+
+    def _resume_paused(self) -> None:
+        """The queue drained: paused runners go on (after the batch's steps are counted, so the budget holds)."""
+        for j in list(self.paused):
             if len(self.ready) < self.max_queued:
                 self.paused.remove(j)
                 self._submit(j)
-        return batch
+
+    def _collect_during(self, updates: list[Any]) -> None:
+        """While the learners train, completed rollouts are queued and their runners resubmitted:
+        a runner never waits for an update, only for room in the queue."""
+        import ray
+
+        deadline = time.monotonic() + RESTART_WAIT_S
+        while self.pending:
+            training = ray.wait(updates, num_returns=len(updates), timeout=0)[1]
+            if not training:
+                return
+            ready = wait_some(list(self.pending) + training, self.on_wait, updating=True)
+            if any(ref in training for ref in ready):
+                return  # learner_results waits for the rest (and names a dead rank)
+            self._complete_one(deadline)
+
+    def _stats(self, batch: list[Completed]) -> dict[str, float]:
+        """The driver's counters and the batch's lag, overall and per env runner."""
+        lags: dict[int, list[int]] = {}
+        for j, _, info in batch:
+            lags.setdefault(j, []).append(self.iteration - info["version"])
+            self.trained[j] += 1
+        every = [lag for per_actor in lags.values() for lag in per_actor]
+        stats = {"lost_rollouts": float(self.lost_rollouts), "republished": float(self.republished),
+                 "queue_pauses": float(self.pauses), "lag_dropped": float(self.dropped),
+                 "policy_lag_min": float(min(every)), "policy_lag_max": float(max(every)),
+                 "queued_rollouts": float(len(self.ready))}
+        stats.update({f"rollouts_actor{j}": float(n) for j, n in enumerate(self.trained)})
+        stats.update({f"policy_lag_actor{j}": sum(v) / len(v) for j, v in sorted(lags.items())})
+        return stats
 
     def __iter__(self) -> Iterator[IterationResult]:
         for j in range(len(self.roles.actors)):
@@ -76,16 +125,14 @@ class QueueLoop(AsCompleted):
             if not batch:
                 break
             infos = [info for _, _, info in batch]
-            lags = [self.iteration - info["version"] for info in infos]
             steps_after = self.env_steps + sum(info["env_steps"] for info in infos)
             refs = [ref for _, ref, _ in batch]
             share = -(-len(refs) // n)
             updates = [learner.update.remote(self.iteration + 1, steps_after, *refs[r * share:(r + 1) * share])
                        for r, learner in enumerate(self.roles.learners)]
             self.env_steps = steps_after
-            stats = {**learner_results(updates, self.on_wait)[0], "lost_rollouts": float(self.lost_rollouts),
-                     "republished": float(self.republished), "queue_pauses": float(self.pauses),
-                     "lag_dropped": float(self.dropped), "policy_lag_min": float(min(lags)),
-                     "policy_lag_max": float(max(lags)), "queued_rollouts": float(len(self.ready))}
+            self._resume_paused()
+            self._collect_during(updates)
+            stats = {**learner_results(updates, self.on_wait)[0], **self._stats(batch)}
             self.iteration += 1
             yield IterationResult(self.iteration, self.env_steps, infos, stats, last=not self.pending and not self.ready)

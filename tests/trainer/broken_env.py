@@ -114,3 +114,74 @@ class KillsItsLearner(gym.Env):
 
     def step(self, action):
         return self.inner.step(action)
+
+
+class SlowInOneProcess(gym.Env):
+    """CartPole whose steps take ``step_s`` seconds in exactly one env runner's process, full speed elsewhere.
+
+    The first process to reset one claims ``marker`` (its pid, written with ``O_EXCL``); its
+    envs sleep ``step_s`` a step, every other process's envs do not: one actor slowed on purpose.
+    """
+
+    def __init__(self, marker: str, step_s: float = 0.005) -> None:
+        self.inner = gym.make("CartPole-v1")
+        self.observation_space, self.action_space = self.inner.observation_space, self.inner.action_space
+        self.marker, self.step_s, self.slow = marker, step_s, None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        import os
+
+        if self.slow is None:
+            try:
+                fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                pass
+            else:
+                os.write(fd, str(os.getpid()).encode())
+                os.close(fd)
+            with open(self.marker) as f:  # the claimer wrote its pid before closing
+                owner = f.read()
+            self.slow = owner == str(os.getpid())
+        return self.inner.reset(seed=seed, options=options)
+
+    def step(self, action):
+        import time
+
+        if self.slow:
+            time.sleep(self.step_s)
+        return self.inner.step(action)
+
+
+class SlowsItsLearner(gym.Env):
+    """CartPole; built inside a learner process, it makes every update of that process take at
+    least ``update_s`` seconds longer: a learner slower than its env runners, whatever the machine."""
+
+    def __init__(self, update_s: float = 0.2) -> None:
+        self.inner = gym.make("CartPole-v1")
+        self.observation_space, self.action_space = self.inner.observation_space, self.inner.action_space
+        with open("/proc/self/cmdline", "rb") as f:
+            if b"LearnerProcess" in f.read():
+                self._slow_updates(update_s)
+
+    @staticmethod
+    def _slow_updates(update_s: float) -> None:
+        import time
+
+        from kilorl.roles.learner import LearnerRole
+
+        update = LearnerRole.update
+        if getattr(update, "slowed", False):
+            return
+
+        def slowed(self, *args, **kwargs):
+            time.sleep(update_s)
+            return update(self, *args, **kwargs)
+
+        slowed.slowed = True
+        LearnerRole.update = slowed
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        return self.inner.reset(seed=seed, options=options)
+
+    def step(self, action):
+        return self.inner.step(action)

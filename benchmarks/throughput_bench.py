@@ -1,0 +1,111 @@
+"""Sustained env frames/s and policy lag: kiloRL APPO (``queue`` data path) against Sample Factory APPO.
+
+Same shape on both sides: CartPole-v1, 2 env workers x 8 envs, 32-step rollouts, 512-frame learner
+batches, one learner, CPU. kiloRL runs ``kilorl train examples/cartpole_appo.yaml`` with those
+overrides; Sample Factory runs its own ``sf_examples.train_gym_env`` in its own virtual environment
+(``--sf-python``, e.g. /work/sfvenv/bin/python; ``pip install torch==2.13.0`` there before
+``sample-factory``). Runs alternate (kiloRL, SF, kiloRL, SF, ...) so load falls on both alike.
+
+Sustained frames/s leaves start-up out on both sides: kiloRL, env steps between its first and last
+metric rows over the ``train_time`` between them; Sample Factory, "Total num frames" between its
+first non-zero and last ``Fps is`` log lines over their timestamps. Lag: kiloRL's per-row
+``policy_lag_min`` / ``policy_lag`` / ``policy_lag_max`` (min, mean, max over rows); Sample
+Factory's ``Policy #0 lag: (min, avg, max)`` lines likewise. Reported: medians over runs and the
+kiloRL/SF frames/s ratio of the medians.
+
+    nice -n 19 python benchmarks/throughput_bench.py --runs 3 --frames 200000 --sf-python /work/sfvenv/bin/python \\
+        --out benchmarks/results/throughput.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+SF_FPS = re.compile(r"\[(\d{4}-\S+ \S+)\]\[\d+\] Fps is .*Total num frames: (\d+)\.")
+SF_LAG = re.compile(r"Policy #0 lag: \(min: ([-\d.]+), avg: ([-\d.]+), max: ([-\d.]+)\)")
+
+
+def kilorl_run(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
+    overrides = [f"train.total_env_steps={args.frames}", f"parallelism.actor={args.workers}",
+                 f"parallelism.envs_per_actor={args.envs}", "algo.rollout_length=32", "algo.queue.rollouts_per_batch=2",
+                 "evaluation.every_env_steps=null", "evaluation.keep_best=false", "logging.report_every_s=1.0",
+                 "logging.progress=false", "logging.tensorboard=false", "checkpoint.every_env_steps=null"]
+    cmd = [sys.executable, "-m", "kilorl.cli.main", "train", str(REPO / "examples/cartpole_appo.yaml"),
+           "--run-dir", str(run_dir)] + [x for o in overrides for x in ("-o", o)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    if out.returncode != 0:
+        return {"error": out.stderr[-2000:]}
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    rows = [r for r in rows if "policy_lag" in r]
+    first, last = rows[0], rows[-1]
+    return {"frames_per_s": (last["env_steps"] - first["env_steps"]) / (last["train_time"] - first["train_time"]),
+            "lag_min": min(r["policy_lag_min"] for r in rows), "lag_mean": statistics.mean(r["policy_lag"] for r in rows),
+            "lag_max": max(r["policy_lag_max"] for r in rows), "frames": last["env_steps"]}
+
+
+def sf_run(args: argparse.Namespace, train_dir: Path) -> dict[str, Any]:
+    cmd = [args.sf_python, "-m", "sf_examples.train_gym_env", "--algo=APPO", "--env=CartPole-v1", "--use_rnn=False",
+           f"--num_workers={args.workers}", f"--num_envs_per_worker={args.envs}", "--rollout=32", "--batch_size=512",
+           "--device=cpu", f"--train_for_env_steps={args.frames}", "--experiment=bench", f"--train_dir={train_dir}",
+           "--save_every_sec=100000", "--with_wandb=False", "--seed=1"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    log = out.stdout + out.stderr
+    points, lags = [], []
+    for line in log.splitlines():
+        m = SF_FPS.search(line)
+        if m and int(m.group(2)) > 0:  # the line before the first batch has no lag yet (-1)
+            points.append((datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp(), int(m.group(2))))
+            if lag := SF_LAG.search(line):
+                lags.append(tuple(float(g) for g in lag.groups()))
+    if len(points) < 2:
+        return {"error": f"rc {out.returncode}; {len(points)} Fps lines; " + log[-2000:]}
+    (t0, f0), (t1, f1) = points[0], points[-1]
+    return {"frames_per_s": (f1 - f0) / (t1 - t0), "lag_min": min(x[0] for x in lags) if lags else None,
+            "lag_mean": statistics.mean(x[1] for x in lags) if lags else None,
+            "lag_max": max(x[2] for x in lags) if lags else None, "frames": f1}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=3, help="runs per side, alternated")
+    p.add_argument("--frames", type=int, default=200_000)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--envs", type=int, default=8)
+    p.add_argument("--sf-python", default="/work/sfvenv/bin/python")
+    p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--out", type=Path)
+    args = p.parse_args()
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.runs):
+            for side, fn in (("kilorl", kilorl_run), ("sample_factory", sf_run)):
+                t0 = time.time()
+                r = {"side": side, "run": i, **fn(args, Path(tmp) / f"{side}{i}"), "wall_s": time.time() - t0}
+                runs.append(r)
+                shown = {k: (v[-300:] if k == "error" else v) for k, v in r.items()}
+                print(json.dumps(shown), flush=True)
+    med = {side: {k: statistics.median(r[k] for r in runs if r["side"] == side and r.get(k) is not None)
+                  for k in ("frames_per_s", "lag_mean", "lag_max")}
+           for side in ("kilorl", "sample_factory") if any(r["side"] == side and "error" not in r for r in runs)}
+    summary = {"medians": med}
+    if len(med) == 2:
+        summary["kilorl_over_sf_frames_per_s"] = med["kilorl"]["frames_per_s"] / med["sample_factory"]["frames_per_s"]
+    print(json.dumps(summary, indent=1))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "runs": runs, **summary}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
