@@ -94,14 +94,7 @@ class ActorCritic(nn.Module):
         """Sample (or take the mode of) actions; returns actions, log-probs, values."""
         obs = as_input(obs)
         head = self.policy_head(self.policy_torso(obs)).float()
-        if self.discrete:
-            logp_all = head.log_softmax(-1)
-            actions = (logp_all if deterministic else gumbel_perturbed(logp_all)).argmax(-1)
-            logp = logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-        else:
-            dist = Normal(head, self.log_std.float().exp().expand_as(head))
-            actions = dist.mean if deterministic else dist.sample()
-            logp = dist.log_prob(actions).sum(-1)
+        actions, logp = sample_head(head, self.log_std if not self.discrete else None, deterministic)
         return actions, logp, self.value(obs)
 
     def policy(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
@@ -119,6 +112,18 @@ def as_input(obs: torch.Tensor) -> torch.Tensor:
     """Observations as the network takes them: float32 whatever the env's dtype (no copy when
     they already are)."""
     return obs if obs.dtype == torch.float32 else obs.float()
+
+
+def sample_head(head: torch.Tensor, log_std: torch.Tensor | None, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Actions and their log-probs from a policy head: logits (``log_std`` None) or Gaussian means
+    with ``log_std``; the mode when ``deterministic``. Shared by the feed-forward and recurrent models."""
+    if log_std is None:
+        logp_all = head.log_softmax(-1)
+        actions = (logp_all if deterministic else gumbel_perturbed(logp_all)).argmax(-1)
+        return actions, logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    dist = Normal(head, log_std.float().exp().expand_as(head))
+    actions = dist.mean if deterministic else dist.sample()
+    return actions, dist.log_prob(actions).sum(-1)
 
 
 def gumbel_perturbed(logp: torch.Tensor) -> torch.Tensor:

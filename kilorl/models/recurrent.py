@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.distributions import Normal
 
-from kilorl.models.actor_critic import _layer, _mlp, as_input, gumbel_perturbed
+from kilorl.models.actor_critic import _layer, _mlp, as_input, sample_head
 
 StateTensors = dict[str, torch.Tensor]
 """A recurrent model's state: name -> ``[N, num_layers, hidden_size]``."""
@@ -116,14 +116,7 @@ class RecurrentActorCritic(nn.Module):
         starts = None if episode_start is None else episode_start[None]
         head, values, new = self._forward(obs[None], starts, state)
         head, values = head[0], values[0]
-        if self.discrete:
-            logp_all = head.log_softmax(-1)
-            actions = (logp_all if deterministic else gumbel_perturbed(logp_all)).argmax(-1)
-            logp = logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-        else:
-            dist = Normal(head, self.log_std.float().exp().expand_as(head))
-            actions = dist.mean if deterministic else dist.sample()
-            logp = dist.log_prob(actions).sum(-1)
+        actions, logp = sample_head(head, self.log_std if not self.discrete else None, deterministic)
         return actions, logp, values, new
 
     @torch.no_grad()
