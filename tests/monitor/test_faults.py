@@ -30,6 +30,31 @@ def test_the_injected_leak_grows_resident_memory_at_its_rate_and_stop_frees_it()
     assert proc.memory_info().rss - before < 0.5 * held  # chunks this large go back to the OS
 
 
+_KEEPS_FREED_HEAP = """
+import time, psutil
+from kilorl.monitor.faults import LeakInjector
+from kilorl.roles.heap import retain_freed_memory
+assert retain_freed_memory(256)  # what every actor and learner does at start (train.retain_freed_memory_mb)
+proc = psutil.Process()
+before = proc.memory_info().rss
+leak = LeakInjector(64 * 2**20, tick_s=0.05).start()
+time.sleep(1.0)
+held = leak.allocated_bytes
+leak.stop()
+print(held, proc.memory_info().rss - before)
+"""
+
+
+def test_a_stopped_leak_is_freed_in_a_role_that_keeps_freed_heap():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _KEEPS_FREED_HEAP], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    held, left = map(int, out.stdout.split())
+    assert held >= 0.7 * 64 * MiB and left < 0.5 * held  # the leak's chunks are unmapped, not kept by malloc
+
+
 def test_the_leak_waits_for_its_start_delay():
     leak = LeakInjector(64 * MiB, start_after_s=5.0, tick_s=0.05).start()
     time.sleep(0.4)
