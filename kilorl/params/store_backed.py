@@ -47,7 +47,7 @@ from kilorl.params.store_reads import (
     reader_layout,
     shard_key,
 )
-from kilorl.store.errors import BatchAborted, InvalidRequest, VersionGone, WorkerUnreachable
+from kilorl.store.errors import BatchAborted, InvalidRequest, ObjectLost, VersionGone, WorkerUnreachable
 
 if TYPE_CHECKING:
     import torch
@@ -144,7 +144,13 @@ class StoreParameterStore:
         self._local = threading.local()
 
     def _retry(self, fn: Callable[[], Any]) -> Any:
-        return with_reconnect(fn, self.close, self.reconnect_timeout_s)
+        """``fn`` through reconnects; a version whose bytes died with the only worker holding them
+        (``ObjectLost``, not durable) is ``ParametersLost``: the writer must republish, as for a
+        worker that came back empty."""
+        try:
+            return with_reconnect(fn, self.close, self.reconnect_timeout_s)
+        except ObjectLost as e:
+            raise ParametersLost(f"parameters lost with a store worker: {e}") from e
 
     # -- writer ----------------------------------------------------------------------
     def publish(self, name: str, version: int, tensors: Mapping[str, Any]) -> None:

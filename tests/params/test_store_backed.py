@@ -394,3 +394,14 @@ def test_a_worker_that_stays_down_past_the_reconnect_timeout_is_an_error_naming_
     with pytest.raises(WorkerUnreachable, match=r"within 1s \(reconnect_timeout; store.reconnect_timeout_s"):
         reader.wait("policy", 2, timeout=600)
     assert 1.0 <= time.monotonic() - t0 < 30  # the deadline, not the wait's 600 s (nor twice the deadline)
+
+
+def test_a_version_lost_with_the_only_worker_holding_it_is_parameters_lost_so_the_writer_republishes(store):
+    from kilorl.params.reconnect import ParametersLost
+    from kilorl.store.errors import ObjectLost
+
+    def read_of_a_dead_workers_shard():
+        raise ObjectLost("key 'ver/policy/shard/1/3': no worker holding it could serve [0, 18700)")
+
+    with pytest.raises(ParametersLost, match="no worker holding it"):  # the loops republish on this, not crash
+        store._retry(read_of_a_dead_workers_shard)
