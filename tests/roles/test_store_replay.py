@@ -40,3 +40,47 @@ def test_dqn_transitions_on_a_store_table_are_the_adders_rows_bit_for_bit(store_
     got = keyed(table.sample(2000))
     assert set(got) == want  # every row drawn, and nothing else
     table.table.close()
+
+
+def _dqn_learner(store_worker, replay_buffer: dict, total_env_steps: int = 4800):
+    import types
+
+    import gymnasium as gym
+
+    from kilorl.roles.grad_comm import AllReduceComm
+    from kilorl.roles.learner import build_algorithm
+    from tests.conftest import tiny_config
+
+    cfg = tiny_config(env={"id": "CartPole-v1"}, sync={"mode": "async"},
+                      algo={"name": "dqn", "batch_size": 32, "learning_starts": 0, "buffer_size": 4000},
+                      model={"hidden_sizes": [16]}, train={"total_env_steps": total_env_steps},
+                      replay_buffer=replay_buffer)
+    spaces = (gym.spaces.Box(-np.inf, np.inf, (16,), np.float32), gym.spaces.Discrete(2))
+    store = types.SimpleNamespace(connect=lambda: store_worker.client())
+    learner = build_algorithm(cfg, AllReduceComm(1), spaces, store=store)
+    return learner, learner.make_replay_table()
+
+
+def test_dqn_takes_the_gradient_steps_the_rate_limiter_allows_and_sends_back_priorities(store_worker):
+    """``samples_per_insert: 2`` with batches of 32: 1/16 gradient step per row inserted
+    past ``min_size_to_sample``, whatever ``train_freq`` says; the table counts exactly the
+    rows sampled, nobody waits, and the TD errors become the rows' priorities."""
+    learner, table = _dqn_learner(store_worker, {"samples_per_insert": 2, "min_size_to_sample": 100,
+                                                 "prioritized": {"alpha": 1.0}, "compression": "zstd"})
+    steps, env_steps = [], 0
+    for i in range(10):
+        r = rollout(i)  # 48 rows
+        table.add(r)
+        env_steps += 48
+        steps.append(learner.update(table, env_steps)["gradient_steps"])
+    owed = 2 * (480 - 100)
+    assert sum(steps) == owed // 32 and steps[:2] == [0, 0]  # 96 rows < 100: nothing sampled yet
+    info = table.table.table.info()
+    assert info["sampled_rows"] == 32 * sum(steps) and info["inserted_rows"] == 480
+    assert info["blocked_sample_s"] == 0 and info["blocked_insert_s"] == 0
+    prio_total = info["shards"][0]["priority_total"]
+    assert prio_total != 480.0  # new rows enter at priority 1 (alpha 1): sampled ones now carry |TD error|
+    rows = table.sample(256)
+    w = rows["weight"]
+    assert w.shape == (256,) and w.dtype == np.float32 and w.max() == 1.0 and np.all(w > 0)
+    table.table.close()

@@ -211,3 +211,46 @@ def test_a_table_sharded_over_two_workers_of_a_mesh(cluster_of):
     table.close()
     ca.close()
     cb.close()
+
+
+def test_a_table_larger_than_the_workers_memory_is_refused_naming_both_numbers(client):
+    t = client.replay_tables
+    huge = make_spec("huge", ROW, 10**12)  # 76 bytes per row: 76 TB
+    with pytest.raises(InvalidRequest, match=r"'huge': capacity 1000000000000 x 76 bytes per row = .* does not fit "
+                                             r"this worker's memory \(.* available.*disk tier \(0\.00 GiB"):
+        t.create(huge)
+    assert t.create(make_spec("small", ROW, 100))  # refused by name, the worker serves on
+    t.insert("small", rows(0, 10))
+    assert t.info("small")["rows"] == 10
+
+
+def test_a_rate_limited_table_over_two_workers_gives_one_thread_its_budget_and_never_refuses_it(workers):
+    """One thread (a learner) inserts rollouts and samples whole batches of what the limiters
+    owe it: every call is admitted at once (``timeout=0``) on both shards, and the sampled
+    rows track ``samples_per_insert`` x rows inserted past ``min_size_to_sample``. Random
+    shares of a batch would drift a shard's count out of its tolerance and be refused."""
+    a, b = workers("--shm-size", "16MiB"), workers("--shm-size", "16MiB")
+    ca, cb = a.client(), b.client()
+    spi, batch, min_size = 4.0, 32, 64
+    spec = make_spec("lim", ROW, 10_000, limiter={"samples_per_insert": spi, "min_size_to_sample": min_size,
+                                                  "tolerance": spi + batch + 1})
+    table = ShardedTable([ca.replay_tables, cb.replay_tables], spec, seed=2)
+    rng = np.random.default_rng(3)
+    inserted = sampled = 0
+    for _ in range(150):
+        n = int(rng.integers(8, 40))
+        table.insert(rows(inserted, n, rng), timeout=0)
+        inserted += n
+        steps = table.sample_budget() // batch
+        if steps:
+            assert table.sample(steps * batch, timeout=0).ids.size == steps * batch
+            sampled += steps * batch
+    info = table.info()
+    assert info["inserted_rows"] == inserted and info["sampled_rows"] == sampled
+    owed = spi * (inserted - min_size)  # each shard's min_size_to_sample is half the table's
+    assert owed - batch - 2 <= sampled <= owed + 2, (sampled, owed)
+    assert info["blocked_insert_s"] == 0 and info["blocked_sample_s"] == 0
+    table.close()
+    ca.close()
+    cb.close()
+

@@ -29,9 +29,11 @@ OPS = OpTable()
 class ReplayService:
     """The worker's replay tables; stopping the worker wakes every call waiting on one."""
 
-    def __init__(self) -> None:
+    def __init__(self, disk_bytes: int = 0) -> None:
         self.tables: dict[str, Table] = {}
         self.lock = threading.Lock()
+        self.disk_bytes = disk_bytes
+        """The worker's disk tier (reported when a table does not fit: chunks stay in memory)."""
 
     def start(self, worker: Worker) -> None:
         """Nothing to start: tables are made by ``replay.create``."""
@@ -55,12 +57,30 @@ class ReplayService:
         with self.lock:
             old = self.tables.get(spec.name)
             if old is None:
+                self._check_room(spec)
                 self.tables[spec.name] = Table(spec)
                 return True
         if old.spec != spec:
             raise InvalidRequest(f"replay table {spec.name!r} exists with another definition "
                                  f"({old.spec.to_wire()}); drop it first")
         return False
+
+    def _check_room(self, spec: TableSpec) -> None:
+        """Refuses a table whose ``capacity x bytes per row`` (raw: the codec's ratio is not
+        known before rows arrive) exceeds this host's available memory less what the other
+        tables may still grow by; the error names both numbers and the disk tier."""
+        import psutil
+
+        need = spec.capacity * spec.row_nbytes
+        promised = sum(max(0, t.spec.capacity * t.spec.row_nbytes - t.stats()["stored_bytes"])
+                       for t in self.tables.values())
+        free = psutil.virtual_memory().available - promised
+        if need > free:
+            raise InvalidRequest(
+                f"replay table {spec.name!r}: capacity {spec.capacity} x {spec.row_nbytes} bytes per row = "
+                f"{_size(need)} does not fit this worker's memory ({_size(max(free, 0))} available, "
+                f"{_size(promised)} of it promised to its other replay tables) nor its disk tier "
+                f"({_size(self.disk_bytes)}; replay chunks are kept in memory): lower capacity")
 
     def drop(self, name: str) -> bool:
         with self.lock:
@@ -72,12 +92,16 @@ class ReplayService:
 
 def install(worker: Worker) -> ReplayService:
     """Hosts the replay service in ``worker`` and registers the ``replay.*`` ops."""
-    service = ReplayService()
+    service = ReplayService(worker.rc.disk_bytes)
     worker.add_service(service)
     worker.replay = service
     for op, fn in OPS.items():
         worker.register(op, fn)
     return service
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB ({n} bytes)"
 
 
 def _service(w: Worker) -> ReplayService:
