@@ -254,3 +254,38 @@ def test_a_rate_limited_table_over_two_workers_gives_one_thread_its_budget_and_n
     ca.close()
     cb.close()
 
+
+def test_an_insert_repeated_after_a_reconnect_stores_its_rows_once(worker, client):
+    """An insert waits in the rate limiter; its connection breaks; the client reconnects and
+    sends the same insert again, so the worker holds two of it. Once a sample admits inserts,
+    one stores the rows and the other is recognised by its key: the rows are there once."""
+    import socket
+
+    t = client.replay_tables
+    t.create(make_spec("once", ROW, 1000, limiter={"samples_per_insert": 1.0, "min_size_to_sample": 10,
+                                                   "tolerance": 1.0}))
+    t.insert("once", rows(0, 10))
+    t.insert("once", rows(10, 5))  # the count is now 4 past its band: the next insert waits
+    other = worker.client()
+
+    def until(field: str, value: int) -> dict:
+        deadline = time.monotonic() + CALL_TIMEOUT_S
+        while (info := other.replay_tables.info("once"))[field] != value:
+            assert time.monotonic() < deadline, info
+            time.sleep(0.01)
+        return info
+
+    result: dict[str, int] = {}
+    th = threading.Thread(target=lambda: result.update(first=t.insert("once", rows(15, 10), key="retry-me",
+                                                                      timeout=CALL_TIMEOUT_S)))
+    th.start()
+    until("waiting_inserts", 1)
+    client._fs.sock.shutdown(socket.SHUT_RDWR)  # the reply can never come: the client sends it again
+    until("waiting_inserts", 2)
+    other.replay_tables.sample("once", 8, timeout=CALL_TIMEOUT_S)  # admits inserts again
+    th.join(CALL_TIMEOUT_S)
+    assert not th.is_alive() and result["first"] == 15
+    other.replay_tables.sample("once", 16, timeout=CALL_TIMEOUT_S)  # would admit a copy still waiting
+    info = until("waiting_inserts", 0)
+    assert (info["inserted_rows"], info["insert_calls"], info["repeated_inserts"]) == (25, 3, 1), info
+    other.close()

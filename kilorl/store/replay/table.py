@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,10 @@ from kilorl.store.replay import codec
 from kilorl.store.replay.limiter import RateLimiter
 from kilorl.store.replay.spec import TableSpec
 from kilorl.store.replay.sumtree import SumTree
+
+RECENT_INSERTS = 4096
+"""Inserts a table remembers by key to recognise a repeated one (a client repeats only its
+last request after a reconnect, so a few per client are plenty)."""
 
 
 @dataclass
@@ -83,6 +88,13 @@ class Table:
         self.size = 0
         self.next_id = 0
         self.insert_calls = self.sample_calls = 0
+        self.recent_inserts: OrderedDict[str, int] = OrderedDict()
+        """The last ``RECENT_INSERTS`` inserts' first chunk keys -> first row id: an insert
+        repeated after a lost reply (the client reconnects and sends it again) is found here
+        and answered without storing its rows twice."""
+        self.repeated_inserts = 0
+        self.waiting = {"insert": 0, "sample": 0}
+        """Calls of each side waiting for the rate limiter now."""
         self.tree = SumTree(cap) if spec.sampler == "prioritized" else None
         self.max_priority = 1.0
         self.packed = [c for c in spec.columns if spec.packed(c)]
@@ -143,9 +155,17 @@ class Table:
                                        or not np.all(np.isfinite(priorities))):
             raise InvalidRequest(f"replay table {self.spec.name!r}, chunk {chunks[0].key!r}: priorities must be "
                                  f"{total} finite numbers >= 0")
+        key = chunks[0].key
         with self.cond:
-            self._wait(lambda: self.limiter.can_insert(self.size), timeout, "insert")
+            if key in self.recent_inserts:
+                return self._repeated(key)
+            self._wait(lambda: key in self.recent_inserts or self.limiter.can_insert(self.size), timeout, "insert")
+            if key in self.recent_inserts:  # the first try was admitted while this one waited
+                return self._repeated(key)
             first = self.next_id
+            self.recent_inserts[key] = first
+            if len(self.recent_inserts) > RECENT_INSERTS:
+                self.recent_inserts.popitem(last=False)
             for c in chunks:
                 self._store(c)
             if self.tree is not None:
@@ -157,6 +177,10 @@ class Table:
             self.limiter.inserted_rows(total)
             self.cond.notify_all()
         return first
+
+    def _repeated(self, key: str) -> int:
+        self.repeated_inserts += 1
+        return self.recent_inserts[key]
 
     def _store(self, c: Decoded) -> None:
         ids = self.next_id + np.arange(c.rows, dtype=np.int64)
@@ -261,6 +285,7 @@ class Table:
             return
         start = time.monotonic()
         deadline = None if timeout is None else start + timeout
+        self.waiting[side] += 1
         try:
             while not admitted():
                 if self.closed:
@@ -272,6 +297,7 @@ class Table:
                                        f"size {self.size}, min_size_to_sample {self.limiter.min_size})")
                 self.cond.wait(left if left is not None else 1.0)
         finally:
+            self.waiting[side] -= 1
             waited = time.monotonic() - start
             if side == "insert":
                 self.limiter.blocked_insert_s += waited
@@ -289,6 +315,8 @@ class Table:
             stored = self.stored_bytes + self.size * self.ring_row_nbytes
             return {"name": self.spec.name, "rows": self.size, "capacity": self.spec.capacity,
                     "inserted_rows": self.next_id, "insert_calls": self.insert_calls,
+                    "repeated_inserts": self.repeated_inserts, "waiting_inserts": self.waiting["insert"],
+                    "waiting_samples": self.waiting["sample"],
                     "sampled_rows": self.limiter.sampled, "sample_calls": self.sample_calls,
                     "stored_bytes": stored, "raw_bytes": raw,
                     "compression_ratio": (raw / stored) if stored else 1.0,
