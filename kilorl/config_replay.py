@@ -63,6 +63,9 @@ class ReplayBufferConfig(Section):
     min_size_to_sample: int | None = Field(default=None, ge=1)
     """Rows the table holds before the first sample (None: 1; the algorithm's
     ``learning_starts`` still applies)."""
+    durable: bool = False
+    """Every chunk written back to its store worker's L2 directory (``WRITE_BACK_L2``), so a
+    worker that dies (kill -9, OOM) and is restarted serves every flushed chunk again."""
     n_step: int | None = Field(default=None, ge=1)
     """Steps of reward summed per stored transition (None: the algorithm's ``n_step``); setting
     both to different values is an error."""

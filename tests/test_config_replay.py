@@ -29,9 +29,10 @@ def test_an_unknown_codec_names_the_field():
 def test_prioritized_rate_limited_n_step_options_are_accepted_and_n_step_reaches_the_algorithm():
     cfg = config_from_dict({**DQN, "replay_buffer": {
         "prioritized": {"alpha": 0.5, "beta": 0.4, "beta_final": 1.0}, "samples_per_insert": 8,
-        "min_size_to_sample": 500, "n_step": 3, "shards": 2}})
+        "min_size_to_sample": 500, "n_step": 3, "shards": 2, "durable": True}})
     rb = cfg.replay_buffer
-    assert (rb.prioritized.alpha, rb.samples_per_insert, rb.min_size_to_sample, rb.shards) == (0.5, 8, 500, 2)
+    assert (rb.prioritized.alpha, rb.samples_per_insert, rb.min_size_to_sample, rb.shards, rb.durable) == \
+        (0.5, 8, 500, 2, True)
     assert cfg.algo.n_step == 3  # the adder reads its own section
     assert rb.prioritized.beta_at(0.5) == pytest.approx(0.7)
 

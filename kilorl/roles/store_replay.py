@@ -133,7 +133,7 @@ def store_replay_factory(connect: Any, section: ReplayBufferConfig, run_id: str 
         try:
             spec = make_spec(f"{run}/{name}", dict(schema), section.capacity or capacity,
                              compression=section.compression, compression_level=section.compression_level,
-                             chunk_length=section.chunk_length, seed=seed,
+                             chunk_length=section.chunk_length, seed=seed, durable=section.durable,
                              sampler="uniform" if prio is None else "prioritized",
                              alpha=0.6 if prio is None else prio.alpha, limiter=limiter_of(section, batch_size))
             table = ShardedTable([c.replay_tables for c in clients], spec, seed=seed)

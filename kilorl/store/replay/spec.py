@@ -70,6 +70,10 @@ class TableSpec:
     limiter: LimiterSpec = field(default_factory=LimiterSpec)
     seed: int = 0
     """Seed of the table's sampling generator."""
+    durable: bool = False
+    """Every inserted chunk is written back to the worker's L2 directory (``WRITE_BACK_L2``:
+    asynchronously, in the order of inserts), so a restarted worker serves every flushed
+    chunk again; needs a worker started with ``--l2-dir``."""
 
     def packed(self, column: ColumnSpec) -> bool:
         """Whether ``column`` is kept encoded (else raw in the table's ring of rows)."""
@@ -90,7 +94,7 @@ class TableSpec:
         return {"name": self.name, "capacity": self.capacity, "compression": self.compression,
                 "compression_level": self.compression_level, "chunk_length": self.chunk_length,
                 "sampler": self.sampler, "alpha": self.alpha,
-                "seed": self.seed,
+                "seed": self.seed, "durable": self.durable,
                 "columns": [{"name": c.name, "shape": list(c.shape), "dtype": c.dtype} for c in self.columns],
                 "limiter": {"samples_per_insert": lim.samples_per_insert,
                             "min_size_to_sample": lim.min_size_to_sample, "tolerance": lim.tolerance}}
@@ -101,7 +105,7 @@ class TableSpec:
         if not isinstance(d, dict):
             raise InvalidRequest(f"table: expected a dict, got {type(d).__name__}")
         unknown = set(d) - {"name", "capacity", "compression", "compression_level", "chunk_length", "sampler", "alpha", "seed",
-                            "columns", "limiter"}
+                            "durable", "columns", "limiter"}
         if unknown:
             raise InvalidRequest(f"table.{sorted(unknown)[0]}: unknown field")
         lim = d.get("limiter") or {}
@@ -115,6 +119,7 @@ class TableSpec:
                    compression=d.get("compression", "none"), compression_level=d.get("compression_level", 3),
                    chunk_length=d.get("chunk_length", 16),
                    sampler=d.get("sampler", "uniform"), alpha=d.get("alpha", 0.6), seed=d.get("seed", 0),
+                   durable=d.get("durable", False),
                    limiter=LimiterSpec(lim.get("samples_per_insert"), lim.get("min_size_to_sample", 1),
                                        lim.get("tolerance")))
         spec.validate()
@@ -137,6 +142,8 @@ class TableSpec:
             raise InvalidRequest(f"table.alpha: must be a number in [0, 10], got {self.alpha!r}")
         if not isinstance(self.seed, int):
             raise InvalidRequest(f"table.seed: must be an integer, got {self.seed!r}")
+        if not isinstance(self.durable, bool):
+            raise InvalidRequest(f"table.durable: must be true or false, got {self.durable!r}")
         names = [c.name for c in self.columns]
         if len(set(names)) != len(names):
             raise InvalidRequest(f"table.columns: duplicate column names in {names}")

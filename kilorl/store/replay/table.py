@@ -23,6 +23,7 @@ import numpy as np
 
 from kilorl.store.errors import InvalidRequest, KeyNotFound, StoreTimeout
 from kilorl.store.replay import codec
+from kilorl.store.replay.chunks import ChunkLog, ColumnPart, Decoded
 from kilorl.store.replay.limiter import RateLimiter
 from kilorl.store.replay.spec import TableSpec
 from kilorl.store.replay.sumtree import SumTree
@@ -30,16 +31,6 @@ from kilorl.store.replay.sumtree import SumTree
 RECENT_INSERTS = 4096
 """Inserts a table remembers by key to recognise a repeated one (a client repeats only its
 last request after a reconnect, so a few per client are plenty)."""
-
-
-@dataclass
-class ColumnPart:
-    """How one column of an arriving chunk is encoded: codec, encoded and raw byte counts."""
-
-    name: str
-    codec: str
-    nbytes: int
-    raw_nbytes: int
 
 
 @dataclass
@@ -55,16 +46,6 @@ class Chunk:
 
 
 @dataclass
-class Decoded:
-    """An arriving chunk, checked: its decoded columns, and what a compressed table keeps."""
-
-    key: str
-    rows: int
-    columns: dict[str, np.ndarray]
-    blobs: dict[str, tuple[str, bytes]]
-
-
-@dataclass
 class Sample:
     columns: dict[str, np.ndarray]
     ids: np.ndarray
@@ -77,8 +58,10 @@ class Sample:
 class Table:
     """A table's rows, sampler and rate limiter; thread-safe (one condition per table)."""
 
-    def __init__(self, spec: TableSpec) -> None:
+    def __init__(self, spec: TableSpec, log: ChunkLog | None = None) -> None:
+        """``log``: where a durable table's chunks are written back (``TableSpec.durable``)."""
         self.spec = spec
+        self.log = log
         cap = spec.capacity
         self.cond = threading.Condition()
         self.closed = False
@@ -166,8 +149,12 @@ class Table:
             self.recent_inserts[key] = first
             if len(self.recent_inserts) > RECENT_INSERTS:
                 self.recent_inserts.popitem(last=False)
+            pending = []
             for c in chunks:
+                if self.log is not None:
+                    pending.append(self.log.record(self.next_id, c))
                 self._store(c)
+            evicted = self.log.evict_before(self.next_id - self.spec.capacity) if self.log is not None else []
             if self.tree is not None:
                 slots = (first + np.arange(total, dtype=np.int64)) % self.spec.capacity
                 p = priorities if priorities is not None else np.full(total, self.max_priority)
@@ -176,7 +163,25 @@ class Table:
             self.insert_calls += 1
             self.limiter.inserted_rows(total)
             self.cond.notify_all()
+        if self.log is not None:  # outside the lock: samples go on while the writes queue
+            self.log.write(pending, evicted)
         return first
+
+    def restore(self, first_id: int, chunk: Decoded, file_key: str) -> list[str]:
+        """Stores a chunk read back from L2 under its old row ids (a restarted worker);
+        returns the file keys of chunks it evicts."""
+        evicted: list[str] = []
+        with self.cond:
+            self.next_id = first_id
+            self._store(chunk)
+            if self.log is not None:
+                self.log.adopt(first_id, chunk.rows, file_key)
+                evicted = self.log.evict_before(self.next_id - self.spec.capacity)
+            if self.tree is not None:
+                slots = (first_id + np.arange(chunk.rows, dtype=np.int64)) % self.spec.capacity
+                self.tree.set(slots, np.full(chunk.rows, self.max_priority ** self.spec.alpha))
+            self.limiter.inserted_rows(chunk.rows)
+        return evicted
 
     def _repeated(self, key: str) -> int:
         self.repeated_inserts += 1
@@ -321,5 +326,6 @@ class Table:
                     "stored_bytes": stored, "raw_bytes": raw,
                     "compression_ratio": (raw / stored) if stored else 1.0,
                     "chunks": len(self.chunks) if self.compressed else None,
+                    **(self.log.stats() if self.log is not None else {}),
                     "priority_total": self.tree.total if self.tree is not None else None,
                     **self.limiter.stats()}
