@@ -145,6 +145,11 @@ class ReplayTables:
         """Rows, inserts, samples, stored and raw bytes, blocked seconds per side."""
         return self._call({"op": "replay.info", "table": table})[0]
 
+    def snapshot(self, table: str) -> bool:
+        """Writes the table's rows to the worker's L2 in the background, sampling going on; the
+        table is durable from then on. False when it already was."""
+        return bool(self._call({"op": "replay.snapshot", "table": table})[0]["started"])
+
     def list(self) -> list[dict[str, Any]]:
         return self._call({"op": "replay.list"})[0]["tables"]
 

@@ -43,6 +43,7 @@ class Chunk:
     """column -> (codec, encoded bytes)."""
     live: int
     nbytes: int
+    first_id: int
 
 
 @dataclass
@@ -183,6 +184,33 @@ class Table:
             self.limiter.inserted_rows(chunk.rows)
         return evicted
 
+    def attach_log(self, log: ChunkLog) -> int:
+        """Makes the table durable from its next insert on; returns the next row id (where a
+        snapshot of the rows already held ends)."""
+        with self.cond:
+            self.log = log
+            return self.next_id
+
+    def held_chunks(self, cursor: int, end: int, limit: int) -> tuple[list[tuple[int, Decoded]], int]:
+        """Up to ``limit`` chunks holding live rows with ids in ``[cursor, end)``, as
+        ``(first id, chunk)``, recorded in the log; and the cursor after them. Takes the lock
+        for one short batch, so inserts and samples go on between batches."""
+        with self.cond:
+            cursor = max(cursor, self.next_id - self.size)
+            out: list[tuple[int, Decoded]] = []
+            while cursor < end and len(out) < limit:
+                if self.compressed:
+                    cid = int(self.slot_chunk[cursor % self.spec.capacity])
+                    ch = self.chunks[cid]
+                    first, rows, key, blobs = ch.first_id, ch.rows, ch.key, ch.blobs
+                else:
+                    first, rows, key, blobs = cursor, min(self.spec.chunk_length, end - cursor), f"snapshot/{cursor}", {}
+                slots = (first + np.arange(rows, dtype=np.int64)) % self.spec.capacity
+                cols = {name: ring[slots] for name, ring in self.ring.items()}
+                out.append((first, Decoded(key, rows, cols, blobs)))
+                cursor = first + rows
+            return out, cursor
+
     def _repeated(self, key: str) -> int:
         self.repeated_inserts += 1
         return self.recent_inserts[key]
@@ -196,7 +224,7 @@ class Table:
             cid = self.next_chunk
             self.next_chunk += 1
             nbytes = sum(len(b) for _, b in c.blobs.values())
-            self.chunks[cid] = Chunk(c.key, c.rows, c.blobs, c.rows, nbytes)
+            self.chunks[cid] = Chunk(c.key, c.rows, c.blobs, c.rows, nbytes, self.next_id)
             self.stored_bytes += nbytes
             self.slot_chunk[slots] = cid
             self.slot_offset[slots] = np.arange(c.rows)

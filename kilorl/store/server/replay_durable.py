@@ -13,9 +13,9 @@ each table from its definition and stores its chunks again in row-id order, ids 
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
-from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,7 @@ from kilorl.store.local.l2 import L2Entry, L2Store
 from kilorl.store.replay.chunks import ColumnPart, Decoded
 from kilorl.store.replay.spec import TableSpec
 
-log = logging.getLogger("kilorl.store.server.replay_durable")
+logger = logging.getLogger("kilorl.store.server.replay_durable")
 SPEC = "spec"
 CHUNK = "chunk"
 
@@ -68,9 +68,11 @@ class ChunkLog:
 
     def __init__(self, l2: ReplayL2, spec: TableSpec) -> None:
         self.l2, self.spec = l2, spec
-        self.held: deque[tuple[int, int, str]] = deque()
+        self.held: list[tuple[int, int, str]] = []
         """(first row id, rows, file key) of every chunk with a live row, oldest first."""
         self.queued = self.flushed = 0
+        self.snapshot_left: int | None = None
+        """Rows a running snapshot has still to record (None: none running)."""
 
     def record(self, first_id: int, chunk: Decoded) -> PendingChunk:
         """Called under the table's lock as the chunk is stored: what to write for it."""
@@ -81,7 +83,7 @@ class ChunkLog:
             parts.append({"name": c.name, "codec": codec, "nbytes": len(blob),
                           "raw_nbytes": chunk.rows * c.row_nbytes})
             blobs.append(blob)
-        self.held.append((first_id, chunk.rows, key))
+        bisect.insort(self.held, (first_id, chunk.rows, key))  # a snapshot's chunks come after newer inserts
         with self.l2.lock:
             self.l2.live.add(key)
         return PendingChunk(key, {"kind": CHUNK, "table": self.spec.name, "first_id": first_id, "rows": chunk.rows,
@@ -89,15 +91,17 @@ class ChunkLog:
 
     def adopt(self, first_id: int, rows: int, key: str) -> None:
         """A chunk already in L2 (read back at start-up) held again."""
-        self.held.append((first_id, rows, key))
+        bisect.insort(self.held, (first_id, rows, key))
         with self.l2.lock:
             self.l2.live.add(key)
 
     def evict_before(self, oldest_live_id: int) -> list[str]:
         """Chunks whose rows all precede ``oldest_live_id``; called under the table's lock."""
-        gone = []
-        while self.held and self.held[0][0] + self.held[0][1] <= oldest_live_id:
-            gone.append(self.held.popleft()[2])
+        n = 0
+        while n < len(self.held) and self.held[n][0] + self.held[n][1] <= oldest_live_id:
+            n += 1
+        gone = [k for _, _, k in self.held[:n]]
+        del self.held[:n]
         if gone:
             with self.l2.lock:
                 self.l2.live.difference_update(gone)
@@ -124,9 +128,35 @@ class ChunkLog:
         self.l2.store.enqueue_delete(f"{self.spec.name}/{SPEC}")
         self.held.clear()
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, Any]:
         return {"durable_queued_chunks": self.queued, "durable_flushed_chunks": self.flushed,
-                "durable_pending_chunks": self.queued - self.flushed}
+                "durable_pending_chunks": self.queued - self.flushed, "snapshot_rows_left": self.snapshot_left}
+
+
+SNAPSHOT_BATCH = 32
+"""Chunks a snapshot records per hold of the table's lock."""
+
+
+def snapshot(table: Any, chunk_log: ChunkLog) -> None:
+    """Writes every row ``table`` holds to L2 as chunks, a few per hold of its lock, while
+    inserts (logged already: ``attach_log``) and samples go on; a chunk evicted before its
+    write is skipped. Runs on a thread of its own."""
+    end = table.attach_log(chunk_log)
+    cursor = 0
+    try:
+        while True:
+            batch, cursor = table.held_chunks(cursor, end, SNAPSHOT_BATCH)
+            if not batch:
+                break
+            with table.cond:
+                pending = [chunk_log.record(first, chunk) for first, chunk in batch]
+                evicted = chunk_log.evict_before(table.next_id - table.spec.capacity)
+            chunk_log.snapshot_left = max(0, end - cursor)
+            chunk_log.write(pending, evicted)  # waits while the write-back queue is full
+    except Exception:
+        logger.exception("snapshot of replay table %r failed", table.spec.name)
+    finally:
+        chunk_log.snapshot_left = None
 
 
 def recovered_chunks(entries: list[L2Entry]) -> dict[str, tuple[L2Entry, list[L2Entry]]]:
@@ -140,7 +170,7 @@ def recovered_chunks(entries: list[L2Entry]) -> dict[str, tuple[L2Entry, list[L2
     for name, spec in specs.items():
         out[name] = (spec, sorted(chunks.pop(name, []), key=lambda e: e.meta["first_id"]))
     for name in chunks:
-        log.warning("replay L2: chunks of table %r without its definition are skipped", name)
+        logger.warning("replay L2: chunks of table %r without its definition are skipped", name)
     return out
 
 

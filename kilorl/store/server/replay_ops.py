@@ -20,7 +20,7 @@ from kilorl.store.errors import InvalidRequest, KeyNotFound
 from kilorl.store.replay.chunks import ColumnPart
 from kilorl.store.replay.spec import TableSpec
 from kilorl.store.replay.table import Table
-from kilorl.store.server.replay_durable import ChunkLog, ReplayL2, read_chunk, recovered_chunks
+from kilorl.store.server.replay_durable import ChunkLog, ReplayL2, read_chunk, recovered_chunks, snapshot
 from kilorl.store.server.request import OpTable, Reply, arg
 
 if TYPE_CHECKING:
@@ -116,6 +116,21 @@ class ReplayService:
                 f"{_size(need)} does not fit this worker's memory ({_size(max(free, 0))} available, "
                 f"{_size(promised)} of it promised to its other replay tables) nor its disk tier "
                 f"({_size(self.disk_bytes)}; replay chunks are kept in memory): lower capacity")
+
+    def snapshot(self, name: str) -> bool:
+        """Starts writing every row of table ``name`` to L2 on a thread of its own (the table
+        is durable from now on); False when it already is (its chunks are written as they come)."""
+        table = self.table(name)
+        if self.l2 is None:
+            raise InvalidRequest(f"replay table {name!r}: a snapshot needs a worker with an L2 directory (--l2-dir)")
+        with table.cond:
+            if table.log is not None:
+                return False
+            chunk_log = ChunkLog(self.l2, table.spec)
+            chunk_log.snapshot_left = table.next_id
+        self.l2.write_spec(table.spec)  # as made: a client that makes it again finds the same definition
+        threading.Thread(target=snapshot, args=(table, chunk_log), name=f"replay-snapshot-{name}", daemon=True).start()
+        return True
 
     def drop(self, name: str) -> bool:
         with self.lock:
@@ -241,6 +256,13 @@ def list_tables(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     with service.lock:
         tables = list(service.tables.values())
     return Reply({"tables": [t.stats() for t in tables]})
+
+
+@OPS.op("replay.snapshot")
+def snapshot_op(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
+    """Writes the table's rows to L2 in the background; ``replay.info``'s ``snapshot_rows_left``
+    counts down to None when done (then ``durable_pending_chunks`` to 0)."""
+    return Reply({"started": _service(w).snapshot(arg(h, "table", str))})
 
 
 @OPS.op("replay.drop")
