@@ -63,7 +63,10 @@ def encode_chunk(spec: TableSpec, columns: Mapping[str, np.ndarray]) -> tuple[in
                                  f"other columns have {rows}")
         raw = np.ascontiguousarray(a)
         name = spec.compression if spec.packed(c) else "none"
-        blob = codec.compress(raw, name, spec.compression_level)
+        if c.name in spec.stacked:
+            blob = codec.encode_stacks(raw, name, spec.compression_level)
+        else:
+            blob = codec.compress(raw, name, spec.compression_level)
         parts.append({"name": c.name, "codec": name, "nbytes": len(blob), "raw_nbytes": raw.nbytes})
         bufs.append(blob)
     return int(rows or 0), parts, bufs

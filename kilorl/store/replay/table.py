@@ -119,13 +119,17 @@ class Table:
             if p.raw_nbytes != rows * col.row_nbytes:
                 raise InvalidRequest(f"{where}, column {p.name!r}: {p.raw_nbytes} bytes for {rows} rows, the schema "
                                      f"({col.dtype} {list(col.shape)}) needs {rows * col.row_nbytes}")
+            stacked = p.name in spec.stacked
             try:
-                raw = codec.decompress(blob, p.codec, p.raw_nbytes)
+                if stacked:
+                    decoded[p.name] = codec.decode_stacks(blob, p.codec, rows, col.shape[0], col.shape[1:], col.dtype)
+                else:
+                    raw = codec.decompress(blob, p.codec, p.raw_nbytes)
+                    decoded[p.name] = np.frombuffer(raw, col.dtype).reshape(rows, *col.shape)
             except (ValueError, InvalidRequest) as exc:
                 raise InvalidRequest(f"{where}, column {p.name!r}: corrupt {p.codec} data ({exc})") from None
-            decoded[p.name] = np.frombuffer(raw, col.dtype).reshape(rows, *col.shape)
             if spec.packed(col):
-                blobs[p.name] = (p.codec, bytes(blob) if p.codec != "none" else bytes(raw))
+                blobs[p.name] = (p.codec, bytes(blob) if p.codec != "none" or stacked else bytes(raw))
         return Decoded(key, rows, decoded, blobs)
 
     def insert(self, chunks: list[Decoded], priorities: np.ndarray | None, timeout: float | None) -> int:
@@ -287,6 +291,11 @@ class Table:
         rows = starts[inverse] + offsets
         out = {}
         for col in self.packed:
+            if col.name in self.spec.stacked:  # each chunk's distinct frames, stacked again
+                allrows = np.concatenate([codec.decode_stacks(ch.blobs[col.name][1], ch.blobs[col.name][0], ch.rows,
+                                                              col.shape[0], col.shape[1:], col.dtype) for ch in chunks])
+                out[col.name] = allrows[rows]
+                continue
             raws = []
             for ch in chunks:
                 name, blob = ch.blobs[col.name]
