@@ -63,6 +63,10 @@ class ReplayBufferConfig(Section):
     min_size_to_sample: int | None = Field(default=None, ge=1)
     """Rows the table holds before the first sample (None: 1; the algorithm's
     ``learning_starts`` still applies)."""
+    frame_stack: int | None = Field(default=None, ge=2)
+    """Observations are stacks of this many frames (``[frame_stack, ...]``, the env's
+    FrameStackObservation): the table keeps each distinct frame once and rebuilds the
+    stacks when it samples. None: rows are kept as they are."""
     durable: bool = False
     """Every chunk written back to its store worker's L2 directory (``WRITE_BACK_L2``), so a
     worker that dies (kill -9, OOM) and is restarted serves every flushed chunk again."""
@@ -73,7 +77,7 @@ class ReplayBufferConfig(Section):
     @model_validator(mode="after")
     def _store_only_options(self) -> ReplayBufferConfig:
         if self.backend == "learner":
-            for name in ("prioritized", "samples_per_insert", "min_size_to_sample"):
+            for name in ("prioritized", "samples_per_insert", "min_size_to_sample", "frame_stack"):
                 if getattr(self, name) is not None:
                     raise ValueError(f"replay_buffer.{name}: needs backend: store (the learner's own table "
                                      "samples uniformly, with no rate limiter)")

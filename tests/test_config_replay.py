@@ -47,6 +47,8 @@ def test_prioritized_rate_limited_n_step_options_are_accepted_and_n_step_reaches
     ({"capacity": 100, "min_size_to_sample": 101}, "replay_buffer.min_size_to_sample"),
     ({"backend": "learner", "prioritized": {}}, "replay_buffer.prioritized"),
     ({"backend": "learner", "samples_per_insert": 4}, "replay_buffer.samples_per_insert"),
+    ({"backend": "learner", "frame_stack": 4}, "replay_buffer.frame_stack"),
+    ({"frame_stack": 1}, "replay_buffer.frame_stack"),
 ])
 def test_bad_replay_buffer_options_are_errors_naming_the_field(section, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):

@@ -35,6 +35,8 @@ class StoreReplayStorage:
         self.table, self.clients, self.prioritized = table, clients, prioritized
         self.columns = {c.name: np.dtype(c.dtype) for c in table.spec.columns}
         self.min_size_to_sample = table.spec.limiter.min_size_to_sample
+        self.stacked = bool(table.spec.stacked)
+        """Whether rows are frame stacks (an adder then inserts each env's steps consecutively)."""
         self.progress = 0.0
         """Share of the run's env steps done (the learner sets it): where ``beta`` stands."""
         self._last: tuple[np.ndarray, np.ndarray] | None = None
@@ -110,6 +112,19 @@ def _identity(client: Any) -> tuple[Any, Any]:
     return client.info.get("host_id"), client.info.get("pid")
 
 
+def stacked_columns(section: ReplayBufferConfig, schema: Mapping[str, tuple[tuple[int, ...], Any]]) -> tuple[str, ...]:
+    """The columns ``replay_buffer.frame_stack`` applies to: rows of ``[frame_stack, frame...]``."""
+    k = section.frame_stack
+    if k is None:
+        return ()
+    names = tuple(n for n, (shape, _) in schema.items() if len(shape) >= 2 and shape[0] == k)
+    if not names:
+        raise ValueError(f"replay_buffer.frame_stack: {k}, but no column of the table holds [{k}, ...] stacks "
+                         f"({ {n: list(shape) for n, (shape, _) in schema.items()} }); stack the env's "
+                         "observations (FrameStackObservation) or remove the option")
+    return names
+
+
 def limiter_of(section: ReplayBufferConfig, batch_size: int) -> dict[str, Any]:
     """The table's rate limiter. Its tolerance covers what a learner that samples whole batches
     leaves owed (under ``batch_size + 1`` rows) plus one row's worth of inserts, so the learner,
@@ -129,11 +144,12 @@ def store_replay_factory(connect: Any, section: ReplayBufferConfig, run_id: str 
 
     def make(name: str, schema: Mapping[str, tuple[tuple[int, ...], Any]], capacity: int,
              seed: int) -> StoreReplayStorage:
+        stacked = stacked_columns(section, schema)
         clients = shard_clients(connect, section)
         try:
             spec = make_spec(f"{run}/{name}", dict(schema), section.capacity or capacity,
                              compression=section.compression, compression_level=section.compression_level,
-                             chunk_length=section.chunk_length, seed=seed, durable=section.durable,
+                             chunk_length=section.chunk_length, seed=seed, durable=section.durable, stacked=stacked,
                              sampler="uniform" if prio is None else "prioritized",
                              alpha=0.6 if prio is None else prio.alpha, limiter=limiter_of(section, batch_size))
             table = ShardedTable([c.replay_tables for c in clients], spec, seed=seed)

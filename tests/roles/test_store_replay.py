@@ -84,3 +84,43 @@ def test_dqn_takes_the_gradient_steps_the_rate_limiter_allows_and_sends_back_pri
     w = rows["weight"]
     assert w.shape == (256,) and w.dtype == np.float32 and w.max() == 1.0 and np.all(w > 0)
     table.table.close()
+
+
+def test_dqn_frame_stacks_on_a_store_table_are_single_frames_and_sample_bit_exact(store_worker):
+    """``frame_stack: 4``: observations are stacks of an env's last 4 frames; the table keeps
+    about one frame per row for ``obs`` and ``next_obs`` each, and every sampled row is the
+    adder's n-step transition byte for byte (terminations and the rollout's end included)."""
+    T, N, k = 16, 2, 4
+    rng = np.random.default_rng(4)
+    frames = rng.integers(0, 255, (T + k, N, 8, 8), dtype=np.uint8)  # k - 1 frames before the rollout, s_T after
+    stack = np.stack([frames[t:t + k] for t in range(T + 1)])  # [T + 1, k, N, 8, 8]
+    stack = stack.transpose(0, 2, 1, 3, 4)  # [T + 1, N, k, 8, 8]
+    steps = {"obs": stack[:T], "actions": rng.integers(0, 2, (T, N)), "rewards": rng.normal(size=(T, N)).astype(np.float32),
+             "terminated": rng.random((T, N)) < 0.1, "truncated": np.zeros((T, N), bool)}
+    r = Rollout(steps=steps, last={"obs": stack[T]})
+    section = ReplayBufferConfig(frame_stack=k, compression="zstd", chunk_length=16)
+    make = store_replay_factory(lambda: store_worker.client(), section, run_id="fs")
+    table = TransitionTable(1000, (k, 8, 8), np.uint8, gamma=0.9, n_step=3, seed=0, storage=make)
+    table.add(r)
+    expected = nstep_transitions(r, 0.9, 3)
+    stats = table.stats()
+    assert len(table) == T * N and stats["replay_compression_ratio"] > 2.5, stats  # not 4 frames a row
+    got = table.sample(500)
+    keyed = {(expected["obs"][i].tobytes(), expected["next_obs"][i].tobytes()): i for i in range(T * N)}
+    assert len(keyed) == T * N  # every row told apart by its stacks
+    for j in range(500):
+        i = keyed[(got["obs"][j].tobytes(), got["next_obs"][j].tobytes())]
+        assert got["reward"][j] == expected["reward"][i] and got["discount"][j] == expected["discount"][i]
+        assert got["action"][j] == expected["action"][i]
+    table.table.close()
+
+
+def test_frame_stack_without_stacked_observations_is_an_error_naming_the_field():
+    import pytest
+
+    from kilorl.roles.store_replay import stacked_columns
+
+    schema = {"obs": ((16,), np.float32), "action": ((), np.int64)}
+    with pytest.raises(ValueError, match=r"replay_buffer\.frame_stack: 4, but no column .* \[4, \.\.\.\] stacks"):
+        stacked_columns(ReplayBufferConfig(frame_stack=4), schema)
+    assert stacked_columns(ReplayBufferConfig(frame_stack=4), {**schema, "obs": ((4, 84, 84), np.uint8)}) == ("obs",)

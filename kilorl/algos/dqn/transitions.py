@@ -71,7 +71,12 @@ class TransitionTable(ReplaySource):
         self.inserted_env_steps = 0
 
     def add(self, rollout: Rollout) -> None:
-        self.table.insert(nstep_transitions(rollout, self.gamma, self.n_step))
+        rows = nstep_transitions(rollout, self.gamma, self.n_step)
+        if getattr(self.table, "stacked", False):  # each env's steps consecutive: their stacks overlap
+            T, N = rollout.steps[keys.REWARDS].shape
+            order = np.arange(T * N).reshape(T, N).T.ravel()
+            rows = {k: v[order] for k, v in rows.items()}
+        self.table.insert(rows)
         self.inserted_env_steps += rollout.env_steps
 
     def __len__(self) -> int:
