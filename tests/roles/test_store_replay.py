@@ -62,10 +62,10 @@ def _dqn_learner(store_worker, replay_buffer: dict, total_env_steps: int = 4800)
 
 
 def test_dqn_takes_the_gradient_steps_the_rate_limiter_allows_and_sends_back_priorities(store_worker):
-    """``samples_per_insert: 2`` with batches of 32: 1/16 gradient step per row inserted
+    """``samples_per_insert: 1`` with batches of 32: 1/32 gradient step per row inserted
     past ``min_size_to_sample``, whatever ``train_freq`` says; the table counts exactly the
     rows sampled, nobody waits, and the TD errors become the rows' priorities."""
-    learner, table = _dqn_learner(store_worker, {"samples_per_insert": 2, "min_size_to_sample": 100,
+    learner, table = _dqn_learner(store_worker, {"samples_per_insert": 1, "min_size_to_sample": 100,
                                                  "prioritized": {"alpha": 1.0}, "compression": "zstd"})
     steps, env_steps = [], 0
     for i in range(10):
@@ -73,7 +73,7 @@ def test_dqn_takes_the_gradient_steps_the_rate_limiter_allows_and_sends_back_pri
         table.add(r)
         env_steps += 48
         steps.append(learner.update(table, env_steps)["gradient_steps"])
-    owed = 2 * (480 - 100)
+    owed = 1 * (480 - 100)
     assert sum(steps) == owed // 32 and steps[:2] == [0, 0]  # 96 rows < 100: nothing sampled yet
     info = table.table.table.info()
     assert info["sampled_rows"] == 32 * sum(steps) and info["inserted_rows"] == 480

@@ -19,6 +19,27 @@ CALL_TIMEOUT_S = 30.0
 """A blocked call's deadline: far above any wait the rate limiter should impose."""
 
 
+@pytest.fixture(scope="module")
+def shared_worker(tmp_path_factory):
+    """One worker for the tests that neither stop it nor depend on its other tables (each
+    makes tables of its own names): a worker start is seconds on a loaded machine."""
+    from store_helpers import WorkerProcess
+
+    w = WorkerProcess(tmp_path_factory.mktemp("replay"), "--shm-size", "16MiB", name="shared").start()
+    yield w
+    if w.alive():
+        w.proc.kill()
+        w.proc.wait(10)
+    w.remove_arena()
+
+
+@pytest.fixture
+def shared_client(shared_worker):
+    c = shared_worker.client()
+    yield c
+    c.close()
+
+
 def rows(start: int, n: int, rng: np.random.Generator | None = None) -> dict[str, np.ndarray]:
     """``n`` rows whose values encode their insert position (``obs[:, 0]``) plus noise."""
     rng = rng or np.random.default_rng(start)
@@ -213,8 +234,8 @@ def test_a_table_sharded_over_two_workers_of_a_mesh(cluster_of):
     cb.close()
 
 
-def test_a_table_larger_than_the_workers_memory_is_refused_naming_both_numbers(client):
-    t = client.replay_tables
+def test_a_table_larger_than_the_workers_memory_is_refused_naming_both_numbers(shared_client):
+    t = shared_client.replay_tables
     huge = make_spec("huge", ROW, 10**12)  # 76 bytes per row: 76 TB
     with pytest.raises(InvalidRequest, match=r"'huge': capacity 1000000000000 x 76 bytes per row = .* does not fit "
                                              r"this worker's memory \(.* available.*disk tier \(0\.00 GiB"):
@@ -255,18 +276,19 @@ def test_a_rate_limited_table_over_two_workers_gives_one_thread_its_budget_and_n
     cb.close()
 
 
-def test_an_insert_repeated_after_a_reconnect_stores_its_rows_once(worker, client):
+def test_an_insert_repeated_after_a_reconnect_stores_its_rows_once(shared_worker, shared_client):
     """An insert waits in the rate limiter; its connection breaks; the client reconnects and
     sends the same insert again, so the worker holds two of it. Once a sample admits inserts,
     one stores the rows and the other is recognised by its key: the rows are there once."""
     import socket
 
+    client = shared_client
     t = client.replay_tables
     t.create(make_spec("once", ROW, 1000, limiter={"samples_per_insert": 1.0, "min_size_to_sample": 10,
                                                    "tolerance": 1.0}))
     t.insert("once", rows(0, 10))
     t.insert("once", rows(10, 5))  # the count is now 4 past its band: the next insert waits
-    other = worker.client()
+    other = shared_worker.client()
 
     def until(field: str, value: int) -> dict:
         deadline = time.monotonic() + CALL_TIMEOUT_S
@@ -292,7 +314,7 @@ def test_an_insert_repeated_after_a_reconnect_stores_its_rows_once(worker, clien
 
 
 @pytest.mark.parametrize("compression", ["none", "zstd"])
-def test_frame_stacks_are_stored_as_single_frames_and_rebuilt_bit_exact(client, compression):
+def test_frame_stacks_are_stored_as_single_frames_and_rebuilt_bit_exact(shared_client, compression):
     """Rows are stacks of the last 4 frames (an episode's first stack repeats its first frame,
     as Gymnasium's FrameStackObservation pads); each env's steps are consecutive rows. The
     table keeps each distinct frame of a chunk once, and every sampled stack is the inserted
@@ -308,14 +330,15 @@ def test_frame_stacks_are_stored_as_single_frames_and_rebuilt_bit_exact(client, 
             back = np.maximum(np.arange(t - k + 1, t + 1), episode_start[t])
             stacks.append(frames[back])
     stacks = np.stack(stacks)
-    spec = make_spec("stk", {"obs": ((k, 84, 84), np.uint8), "action": ((), np.int64)}, 1000,
+    name = f"stk-{compression}"
+    spec = make_spec(name, {"obs": ((k, 84, 84), np.uint8), "action": ((), np.int64)}, 1000,
                      compression=compression, chunk_length=16, stacked=("obs",))
-    t = client.replay_tables
+    t = shared_client.replay_tables
     t.create(spec)
-    t.insert("stk", {"obs": stacks, "action": np.arange(len(stacks))})
-    info = t.info("stk")
+    t.insert(name, {"obs": stacks, "action": np.arange(len(stacks))})
+    info = t.info(name)
     assert info["rows"] == envs * T and info["compression_ratio"] > 2.5, info  # ~1 frame per row, not 4
-    s = t.sample("stk", 2000)
+    s = t.sample(name, 2000)
     assert s.columns["obs"].shape == (2000, k, 84, 84)
     assert np.array_equal(s.columns["action"], s.ids)
     for i, rid in enumerate(s.ids.tolist()):
