@@ -77,7 +77,7 @@ def replay_storage(cfg: Config, store: Any) -> Any:
                          f"({type(store).__name__}); use backend: learner")
     from kilorl.roles.store_replay import store_replay_factory
 
-    return store_replay_factory(connect, section)
+    return store_replay_factory(connect, section, batch_size=getattr(cfg.algo, "batch_size", 1))
 
 
 class LearnerRole(Learner):
