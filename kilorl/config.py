@@ -40,7 +40,9 @@ AlgoSection = _algo_section()
 
 class EnvConfig(_Section):
     id: str
-    """Gymnasium id (``CartPole-v1``) or entry point ``package.module:ClassName``."""
+    """Gymnasium id (``CartPole-v1``) or entry point ``package.module:ClassName``; an entry point
+    that returns a PettingZoo ``ParallelEnv`` (``mpe2.simple_spread_v3:parallel_env``) makes each
+    agent a column of the rollout (``kilorl.envs.agent_columns``)."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments passed to the environment constructor."""
     max_episode_steps: int | None = Field(default=None, gt=0)
@@ -53,6 +55,9 @@ class EnvConfig(_Section):
     """Clip normalized observations to [-clip_obs, clip_obs]."""
     clip_reward: float = Field(default=10.0, gt=0)
     """Clip normalized rewards to [-clip_reward, clip_reward]."""
+    max_num_agents: int | None = Field(default=None, gt=0)
+    """PettingZoo environments only: agent columns per environment copy (agents appearing
+    mid-episode take a free one); None: the environment's own ``max_num_agents``."""
 
 
 class RecurrentSection(_Section):
