@@ -88,7 +88,7 @@ class PPOLearner(ActorCriticLearner):
         old_logp, old_values = ac.tensor(steps[keys.LOGP]), ac.tensor(steps[keys.VALUES])
         advantages = torch.as_tensor(adv.reshape(-1), device=ac.device)
         alive = steps.get(keys.ALIVE)  # a multi-agent rollout: dead agent columns stay out of the loss
-        mask = None if alive is None else torch.as_tensor(alive.reshape(-1), device=ac.device, dtype=torch.float32)
+        mask = None if alive is None else torch.tensor(alive.reshape(-1), device=ac.device, dtype=torch.float32)
         returns = torch.as_tensor(ret.reshape(-1), device=ac.device)
         lr = ac.set_lr(env_steps_total)
         self.clip_coef = algo.clip_coef * (ac.remaining(env_steps_total) if algo.anneal_clip else 1.0)
