@@ -18,6 +18,7 @@ from kilorl.algos.ppo.config import PPOConfig
 from kilorl.algos.registry import get as algo_spec
 from kilorl.algos.registry import names as algo_names
 from kilorl.comm.config import CompressionConfig
+from kilorl.config_multi_agent import MultiAgentConfig
 from kilorl.config_replay import ReplayBufferConfig
 from kilorl.config_scale import StoreSection, SyncSection
 from kilorl.config_section import Section as _Section
@@ -252,6 +253,9 @@ class Config(_Section):
     replay_buffer: ReplayBufferConfig | None = None
     """A replay algorithm's table in the store workers (sharded, optionally compressed); None:
     in the learner's process. Only for algorithms on the replay data path."""
+    multi_agent: MultiAgentConfig | None = None
+    """Which policy each agent of a PettingZoo environment acts with (``policy_mapping`` by
+    agent-name pattern); None: every agent column on the one policy of ``algo`` and ``model``."""
 
     @model_validator(mode="before")
     @classmethod
@@ -288,6 +292,9 @@ class Config(_Section):
                 if getattr(self.env, field):
                     raise ValueError(f"env.{field}: not supported with algo.name={self.algo.name} (replay data path): "
                                      "stored transitions would keep the statistics of the moment they were added")
+        if self.multi_agent is not None and not spec.alive_mask:
+            raise ValueError(f"multi_agent: algo.name={self.algo.name} does not mask dead agent columns out of its "
+                             "losses, so it cannot train on a PettingZoo environment")
         if self.algo.discount is None and self.env.normalize_reward:
             raise ValueError(f"env.normalize_reward: algo.name={self.algo.name} declares no discount to scale by")
 

@@ -14,12 +14,14 @@ Env steps are steps of a copy (all its agents at once); agent steps are ``T x N`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+
+from kilorl.envs.agent_mapping import check_policy_spaces, map_agents
 
 
 @dataclass
@@ -52,10 +54,14 @@ class AgentColumns(gym.vector.VectorEnv):
 
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
 
-    def __init__(self, fns: Sequence[Callable[[], Any]], max_num_agents: int | None = None) -> None:
+    def __init__(self, fns: Sequence[Callable[[], Any]], max_num_agents: int | None = None,
+                 policy_mapping: Mapping[str, str] | None = None) -> None:
         self.copies = [fn() for fn in fns]
         first = self.copies[0]
         self.possible_agents = list(first.possible_agents)
+        self.policy_mapping = policy_mapping
+        """``multi_agent.policy_mapping`` (None: no mapping; every agent on the one policy)."""
+        self.agent_policy = self._map(first, self.possible_agents)
         self.slots = int(max_num_agents or getattr(first, "max_num_agents", len(self.possible_agents)))
         if self.slots < 1:
             raise ValueError(f"env.max_num_agents must be at least 1, got {self.slots}")
@@ -69,6 +75,15 @@ class AgentColumns(gym.vector.VectorEnv):
         """Which columns hold an agent in the observation last returned."""
         self._episodes = [MultiAgentEpisode() for _ in self.copies]
         self._finished: list[MultiAgentEpisode] = []
+
+    def _map(self, env: Any, agents: Sequence[str]) -> dict[str, str]:
+        """``agents``' policies by ``policy_mapping`` (errors name unmapped agents, and agents of
+        different spaces on one policy); empty without a mapping."""
+        if self.policy_mapping is None:
+            return {}
+        assignment = map_agents(self.policy_mapping, agents)
+        check_policy_spaces(env, assignment)
+        return assignment
 
     # ---- columns ---------------------------------------------------------------------------
     def column_agents(self) -> list[str | None]:
@@ -94,6 +109,7 @@ class AgentColumns(gym.vector.VectorEnv):
                 raise ValueError(f"env.id: agent {agent!r} appeared with all env.max_num_agents={self.slots} "
                                  f"slots of the copy taken by {slots}") from None
             if agent not in self.possible_agents:
+                self.agent_policy.update(self._map(self.copies[c], [self.possible_agents[0], agent]))
                 shared_spaces(self.copies[c], [self.possible_agents[0], agent])
             slots[s] = agent
             self.alive[c * self.slots + s] = True

@@ -93,11 +93,13 @@ def make_vector_env(
     max_episode_steps: int | None = None,
     asynchronous: bool = False,
     max_num_agents: int | None = None,
+    policy_mapping: dict[str, str] | None = None,
 ) -> gym.vector.VectorEnv:
     """A vector of ``num_envs`` copies; autoreset happens on the step after `done`.
 
     An entry point that returns a PettingZoo ``ParallelEnv`` gives ``AgentColumns`` instead:
-    ``num_envs`` copies, each agent a column (``kilorl.envs.agent_columns``)."""
+    ``num_envs`` copies, each agent a column (``kilorl.envs.agent_columns``), its agents mapped
+    to policies by ``policy_mapping`` (``multi_agent.policy_mapping``) when given."""
     if _is_entry_point(env_id) and not _is_gym_class(_load_entry_point(env_id)):
         probe = _load_entry_point(env_id)(**dict(kwargs or {}))
         if is_parallel_env(probe):
@@ -108,8 +110,11 @@ def make_vector_env(
             from kilorl.envs.agent_columns import AgentColumns
 
             fns = [lambda: probe] + [lambda: make_parallel_env(env_id, kwargs) for _ in range(num_envs - 1)]
-            return AgentColumns(fns, max_num_agents)
+            return AgentColumns(fns, max_num_agents, policy_mapping)
         probe.close()
+    if policy_mapping is not None:
+        raise ValueError(f"multi_agent: env.id {env_id!r} is not a PettingZoo ParallelEnv (its agents are what "
+                         "multi_agent.policy_mapping maps)")
     fns = [lambda: make_env(env_id, kwargs, max_episode_steps) for _ in range(num_envs)]
     mode = gym.vector.AutoresetMode.SAME_STEP
     if asynchronous:

@@ -53,7 +53,8 @@ class EnvRunner(Actor):
         n = cfg.parallelism.envs_per_actor
         self.envs = make_vector_env(env.id, n, env.kwargs, env.max_episode_steps,
                                     asynchronous=cfg.parallelism.vector_env == "subprocesses",
-                                    max_num_agents=env.max_num_agents)
+                                    max_num_agents=env.max_num_agents,
+                                    policy_mapping=cfg.multi_agent.policy_mapping if cfg.multi_agent else None)
         self.agents = self.envs if isinstance(self.envs, AgentColumns) else None
         """The agent columns of a PettingZoo environment (None: a Gymnasium one)."""
         if self.agents is not None and not spec.alive_mask:
