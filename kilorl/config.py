@@ -88,11 +88,18 @@ class ModelConfig(_Section):
     recurrent: RecurrentSection | None = None
     """A recurrent core (LSTM or GRU) after the MLP torso, one per head unless ``shared_backbone``
     (None: a memoryless policy). The actors carry its state across steps and rollouts."""
+    actor_inputs: int | None = Field(default=None, gt=0)
+    """The policy head sees only the first ``actor_inputs`` observation entries, the value head
+    all of them: MAPPO's centralised critic (``multi_agent.centralized_critic: state`` puts the
+    environment's global state after each agent's own observation). None: both see everything."""
 
     @model_validator(mode="after")
     def _positive_widths(self) -> ModelConfig:
         if not self.hidden_sizes or any(h <= 0 for h in self.hidden_sizes):
             raise ValueError("hidden_sizes must be a non-empty list of positive integers")
+        if self.actor_inputs is not None and (self.shared_backbone or self.recurrent is not None):
+            raise ValueError("actor_inputs: the policy and value heads see different inputs, so they need separate "
+                             "memoryless torsos (not shared_backbone, not recurrent)")
         return self
 
 
@@ -292,6 +299,9 @@ class Config(_Section):
                 if getattr(self.env, field):
                     raise ValueError(f"env.{field}: not supported with algo.name={self.algo.name} (replay data path): "
                                      "stored transitions would keep the statistics of the moment they were added")
+        if self.multi_agent is not None and self.multi_agent.centralized_critic == "state" and self.model.actor_inputs is None:
+            raise ValueError("multi_agent.centralized_critic: state needs model.actor_inputs, the size of one agent's "
+                             "own observation (the policy's input; the critic sees the global state after it)")
         if self.multi_agent is not None and not spec.alive_mask:
             raise ValueError(f"multi_agent: algo.name={self.algo.name} does not mask dead agent columns out of its "
                              "losses, so it cannot train on a PettingZoo environment")

@@ -11,6 +11,8 @@ attach to the same section (docs/architecture.md, "Where the planned work attach
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from kilorl.config_section import Section
@@ -29,6 +31,10 @@ class MultiAgentConfig(Section):
     """Agent-name pattern -> policy, tried in order, the first match wins (``{"agent_*": shared}``)."""
     policies_to_train: list[str] | None = None
     """Policies whose parameters the learners update (None: all)."""
+    centralized_critic: Literal["state"] | None = None
+    """``state``: each agent column's observation is its own followed by the environment's
+    global ``state()`` (MAPPO); the policy sees the first ``model.actor_inputs`` entries, the
+    critic all. None: the critic sees what the policy sees (IPPO)."""
 
     @model_validator(mode="after")
     def _names_exist(self) -> MultiAgentConfig:

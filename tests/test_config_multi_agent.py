@@ -42,3 +42,11 @@ def test_an_algorithm_that_does_not_mask_dead_agents_is_refused():
 def test_a_policy_takes_no_unknown_keys():
     with pytest.raises(ConfigError, match=r"multi_agent.policies.shared.lr"):
         config({"policies": {"shared": {"lr": 1e-3}}, "policy_mapping": {"*": "shared"}})
+
+
+def test_a_centralized_critic_needs_the_policys_input_size():
+    with pytest.raises(ConfigError, match=r"centralized_critic: state needs model.actor_inputs"):
+        config({"policies": {"shared": {}}, "policy_mapping": {"*": "shared"}, "centralized_critic": "state"})
+    cfg = config({"policies": {"shared": {}}, "policy_mapping": {"*": "shared"}, "centralized_critic": "state"},
+                 model={"actor_inputs": 18})
+    assert cfg.model.actor_inputs == 18

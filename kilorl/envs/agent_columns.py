@@ -49,13 +49,27 @@ def shared_spaces(env: Any, agents: Sequence[str]) -> tuple[gym.Space, gym.Space
     return obs, act
 
 
+def column_spaces(env: Any, agents: Sequence[str], critic_state: bool = False) -> tuple[gym.Space, gym.Space]:
+    """One column's observation and action space: the agents' shared ones, the observation
+    followed by the environment's global state with ``critic_state`` (flat float32)."""
+    obs, act = shared_spaces(env, agents)
+    if not critic_state:
+        return obs, act
+    state = getattr(env, "state_space", None)
+    if not isinstance(obs, gym.spaces.Box) or not isinstance(state, gym.spaces.Box):
+        raise ValueError(f"multi_agent.centralized_critic: state needs Box observations and a Box state_space; "
+                         f"the env has {obs} and {state}")
+    size = int(np.prod(obs.shape)) + int(np.prod(state.shape))
+    return gym.spaces.Box(-np.inf, np.inf, (size,), np.float32), act
+
+
 class AgentColumns(gym.vector.VectorEnv):
     """``copies`` PettingZoo ``ParallelEnv``\\s stepped as ``copies * max_num_agents`` columns."""
 
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
 
     def __init__(self, fns: Sequence[Callable[[], Any]], max_num_agents: int | None = None,
-                 policy_mapping: Mapping[str, str] | None = None) -> None:
+                 policy_mapping: Mapping[str, str] | None = None, critic_state: bool = False) -> None:
         self.copies = [fn() for fn in fns]
         first = self.copies[0]
         self.possible_agents = list(first.possible_agents)
@@ -65,7 +79,11 @@ class AgentColumns(gym.vector.VectorEnv):
         self.slots = int(max_num_agents or getattr(first, "max_num_agents", len(self.possible_agents)))
         if self.slots < 1:
             raise ValueError(f"env.max_num_agents must be at least 1, got {self.slots}")
-        self.single_observation_space, self.single_action_space = shared_spaces(first, self.possible_agents)
+        self.critic_state = critic_state
+        """Each column's observation is the agent's own, then the copy's global ``state()`` (MAPPO)."""
+        self.agent_obs_dim = int(np.prod(shared_spaces(first, self.possible_agents)[0].shape))
+        self.single_observation_space, self.single_action_space = column_spaces(first, self.possible_agents,
+                                                                                critic_state)
         self.num_copies = len(self.copies)
         self.num_envs = self.num_copies * self.slots
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
@@ -94,9 +112,20 @@ class AgentColumns(gym.vector.VectorEnv):
         space = self.single_observation_space
         return np.zeros((self.num_envs, *space.shape), space.dtype)
 
+    def _state(self, env: Any) -> np.ndarray | None:
+        """The copy's global state now, where columns carry it (else None)."""
+        return np.ravel(env.state()) if self.critic_state else None
+
+    def _column(self, agent_obs: Any, state: np.ndarray | None) -> np.ndarray:
+        """What a column observes: the agent's observation, followed by the global state if any."""
+        if state is None:
+            return np.asarray(agent_obs)
+        return np.concatenate([np.ravel(agent_obs), state]).astype(np.float32)
+
     def _place(self, c: int, agents: Sequence[str], obs: dict[str, Any], out: np.ndarray) -> None:
         """Give every agent of ``agents`` without a slot in copy ``c`` the lowest free one."""
         slots = self.slot_agent[c]
+        state = self._state(self.copies[c])
         held = {a for a in slots if a is not None}
         for agent in agents:
             if agent in held:
@@ -113,7 +142,7 @@ class AgentColumns(gym.vector.VectorEnv):
                 shared_spaces(self.copies[c], [self.possible_agents[0], agent])
             slots[s] = agent
             self.alive[c * self.slots + s] = True
-            out[c * self.slots + s] = obs[agent]
+            out[c * self.slots + s] = self._column(obs[agent], state)
 
     def _reset_copy(self, c: int, seed: int | None, out: np.ndarray) -> None:
         obs, _ = self.copies[c].reset(seed=seed)
@@ -142,6 +171,7 @@ class AgentColumns(gym.vector.VectorEnv):
             base, slots = c * self.slots, self.slot_agent[c]
             acting = {a: self._env_action(actions[base + s]) for s, a in enumerate(slots) if a is not None}
             obs, rew, term, trunc, _ = env.step(acting)
+            state = self._state(env)
             episode = self._episodes[c]
             episode.length += 1
             for s, agent in enumerate(slots):
@@ -152,11 +182,11 @@ class AgentColumns(gym.vector.VectorEnv):
                 terminated[i], truncated[i] = bool(term.get(agent, False)), bool(trunc.get(agent, False))
                 episode.agent_returns[agent] = episode.agent_returns.get(agent, 0.0) + float(rewards[i])
                 if terminated[i] or truncated[i]:
-                    final_obs[i] = np.asarray(obs[agent])
+                    final_obs[i] = self._column(obs[agent], state)
                     slots[s] = None
                     self.alive[i] = False
                 else:
-                    out[i] = obs[agent]
+                    out[i] = self._column(obs[agent], state)
             if env.agents:
                 self._place(c, list(env.agents), obs, out)
             else:

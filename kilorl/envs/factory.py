@@ -94,6 +94,7 @@ def make_vector_env(
     asynchronous: bool = False,
     max_num_agents: int | None = None,
     policy_mapping: dict[str, str] | None = None,
+    critic_state: bool = False,
 ) -> gym.vector.VectorEnv:
     """A vector of ``num_envs`` copies; autoreset happens on the step after `done`.
 
@@ -110,7 +111,7 @@ def make_vector_env(
             from kilorl.envs.agent_columns import AgentColumns
 
             fns = [lambda: probe] + [lambda: make_parallel_env(env_id, kwargs) for _ in range(num_envs - 1)]
-            return AgentColumns(fns, max_num_agents, policy_mapping)
+            return AgentColumns(fns, max_num_agents, policy_mapping, critic_state)
         probe.close()
     if policy_mapping is not None:
         raise ValueError(f"multi_agent: env.id {env_id!r} is not a PettingZoo ParallelEnv (its agents are what "
@@ -122,17 +123,18 @@ def make_vector_env(
     return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
 
 
-def env_spaces(env_id: str, kwargs: dict[str, Any] | None = None,
-               max_episode_steps: int | None = None) -> tuple[gym.Space, gym.Space]:
+def env_spaces(env_id: str, kwargs: dict[str, Any] | None = None, max_episode_steps: int | None = None,
+               critic_state: bool = False) -> tuple[gym.Space, gym.Space]:
     """Observation and action space of one column: the env's, or the one every agent of a
-    PettingZoo environment shares (built once, then closed)."""
+    PettingZoo environment shares (followed by the global state with ``critic_state``; built
+    once, then closed)."""
     if _is_entry_point(env_id) and not _is_gym_class(_load_entry_point(env_id)):
         probe = _load_entry_point(env_id)(**dict(kwargs or {}))
         try:
             if is_parallel_env(probe):
-                from kilorl.envs.agent_columns import shared_spaces
+                from kilorl.envs.agent_columns import column_spaces
 
-                return shared_spaces(probe, list(probe.possible_agents))
+                return column_spaces(probe, list(probe.possible_agents), critic_state)
         finally:
             probe.close()
     env = make_env(env_id, kwargs, max_episode_steps)

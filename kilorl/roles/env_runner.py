@@ -54,13 +54,12 @@ class EnvRunner(Actor):
         self.envs = make_vector_env(env.id, n, env.kwargs, env.max_episode_steps,
                                     asynchronous=cfg.parallelism.vector_env == "subprocesses",
                                     max_num_agents=env.max_num_agents,
-                                    policy_mapping=cfg.multi_agent.policy_mapping if cfg.multi_agent else None)
+                                    policy_mapping=cfg.multi_agent.policy_mapping if cfg.multi_agent else None,
+                                    critic_state=bool(cfg.multi_agent and cfg.multi_agent.centralized_critic == "state"))
         self.agents = self.envs if isinstance(self.envs, AgentColumns) else None
         """The agent columns of a PettingZoo environment (None: a Gymnasium one)."""
-        if self.agents is not None and not spec.alive_mask:
-            self.envs.close()
-            raise ValueError(f"env.id: {env.id!r} is a PettingZoo environment, and algo.name={cfg.algo.name!r} "
-                             f"does not mask dead agent columns out of its losses")
+        if self.agents is not None:
+            self._check_agent_columns(self.agents, spec.alive_mask)
         obs_space, act_space = self.envs.single_observation_space, self.envs.single_action_space
         self.model = spec.load("model")(obs_space, act_space, cfg.model)
         self.model.eval()
@@ -80,6 +79,22 @@ class EnvRunner(Actor):
         self.ep_return = np.zeros(columns, np.float64)
         self.ep_length = np.zeros(columns, np.int64)
         self._check_extras()
+
+    def _check_agent_columns(self, agents: AgentColumns, alive_mask: bool) -> None:
+        """A PettingZoo environment needs an algorithm that masks dead columns, and a centralised
+        critic a policy input of exactly one agent's observation; else the envs close and a
+        ValueError names the field."""
+        cfg = self.cfg
+        problem = None
+        if not alive_mask:
+            problem = (f"env.id: {cfg.env.id!r} is a PettingZoo environment, and algo.name={cfg.algo.name!r} "
+                       "does not mask dead agent columns out of its losses")
+        elif agents.critic_state and cfg.model.actor_inputs != agents.agent_obs_dim:
+            problem = (f"model.actor_inputs={cfg.model.actor_inputs}: with multi_agent.centralized_critic: state "
+                       f"it must be one agent's observation size, {agents.agent_obs_dim}")
+        if problem is not None:
+            agents.close()
+            raise ValueError(problem)
 
     def _model_state(self, n: int) -> State:
         """The recurrent model's state for ``n`` fresh episodes, as numpy arrays."""

@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 
 def env_spaces(cfg: Config) -> tuple[gym.Space, gym.Space]:
     """Observation and action space of the run's environment (of one agent column for a PettingZoo one)."""
-    return column_spaces(cfg.env.id, cfg.env.kwargs, cfg.env.max_episode_steps)
+    critic_state = cfg.multi_agent is not None and cfg.multi_agent.centralized_critic == "state"
+    return column_spaces(cfg.env.id, cfg.env.kwargs, cfg.env.max_episode_steps, critic_state)
 
 
 def learner_context(cfg: Config, obs_space: gym.Space, action_space: gym.Space, grad_comm: GradientComm,

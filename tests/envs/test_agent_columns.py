@@ -112,3 +112,19 @@ def test_a_time_limit_on_a_parallel_env_is_refused_naming_the_field():
 def test_a_gymnasium_entry_point_still_gives_a_gymnasium_vector_env():
     envs = make_vector_env("tests.envs.scripted:ScriptedEnv", 2)
     assert not isinstance(envs, AgentColumns) and envs.num_envs == 2
+
+
+def test_with_a_centralized_critic_each_column_carries_the_global_state_after_its_observation():
+    envs = make_vector_env(SPREAD, 1, SPREAD_KW, critic_state=True)
+    reference = make_parallel_env(SPREAD, SPREAD_KW)
+    assert envs.single_observation_space.shape == (18 + 54,) and envs.agent_obs_dim == 18
+    obs, _ = envs.reset(seed=2)
+    ref_obs, _ = reference.reset(seed=2)
+    for i, agent in enumerate(reference.possible_agents):
+        np.testing.assert_array_equal(obs[i, :18], ref_obs[agent])
+        np.testing.assert_array_equal(obs[i, 18:], reference.state())
+    for _ in range(25):
+        obs, _, _, truncated, info = envs.step(np.zeros(3, np.int64))
+        reference.step(dict.fromkeys(reference.possible_agents, 0))
+    assert truncated.all()
+    np.testing.assert_array_equal(info["final_obs"][0][18:], reference.state())  # the state the episode ended in

@@ -46,3 +46,27 @@ def test_an_algorithm_that_does_not_mask_dead_agents_is_refused_on_a_pettingzoo_
                       parallelism={"actor": 1, "envs_per_actor": 1})
     with pytest.raises(ValueError, match=r"PettingZoo environment, and algo.name='a2c' does not mask dead agent"):
         EnvRunner(cfg, InMemoryParameterStore(), 0, seed=0)
+
+
+SPREAD = {"id": "mpe2.simple_spread_v3:parallel_env", "kwargs": {"N": 3, "local_ratio": 0.5, "max_cycles": 25}}
+MAPPO = {"policies": {"shared": {}}, "policy_mapping": {"agent_*": "shared"}, "centralized_critic": "state"}
+
+
+def test_mappo_columns_carry_the_global_state_and_train_one_network():
+    cfg = tiny_config(env=SPREAD, multi_agent=MAPPO, model={"actor_inputs": 18},
+                      algo={"rollout_length": 4, "num_minibatches": 1, "update_epochs": 1},
+                      parallelism={"actor": 1, "envs_per_actor": 1})
+    store = InMemoryParameterStore()
+    learner = LearnerRole(cfg, store)
+    learner.publish(0)
+    rollout, info = EnvRunner(cfg, store, 0, seed=0).collect(0)
+    assert rollout.steps[keys.OBS].shape == (4, 3, 18 + 54)
+    np.testing.assert_array_equal(rollout.steps[keys.OBS][:, 0, 18:], rollout.steps[keys.OBS][:, 2, 18:])  # one state
+    assert np.isfinite(learner.update(1, info["env_steps"], rollout)["value_loss"])
+
+
+def test_a_policy_input_other_than_one_agents_observation_is_refused_at_start_up():
+    cfg = tiny_config(env=SPREAD, multi_agent=MAPPO, model={"actor_inputs": 20},
+                      parallelism={"actor": 1, "envs_per_actor": 1})
+    with pytest.raises(ValueError, match=r"model.actor_inputs=20: .* must be one agent's observation size, 18"):
+        EnvRunner(cfg, InMemoryParameterStore(), 0, seed=0)
