@@ -69,16 +69,16 @@ def parallel_env(n: int = 8) -> Drift:
     return Drift(n)
 
 
-def measure(n: int, columns: int, rollouts: int) -> dict[str, float]:
+def roles(n: int, copies: int, **algo: Any) -> tuple[Any, Any]:
+    """A PPO learner (version 0 published) and an env runner on ``copies`` Drift envs of ``n`` agents."""
     from kilorl.config import config_from_dict
     from kilorl.roles.env_runner import EnvRunner
     from kilorl.roles.learner import LearnerRole
     from kilorl.roles.parameter_store import InMemoryParameterStore
 
-    copies = max(1, columns // n)
     cfg = config_from_dict({
         "env": {"id": "agent_scale_bench:parallel_env", "kwargs": {"n": n}},
-        "algo": {"rollout_length": LENGTH, "num_minibatches": 1, "update_epochs": 4},
+        "algo": {"rollout_length": LENGTH, "num_minibatches": 1, "update_epochs": 4, **algo},
         "parallelism": {"actor": 1, "envs_per_actor": copies},
         "train": {"total_env_steps": 10**9, "torch_threads": 1},
         "logging": {"progress": False, "tensorboard": False},
@@ -86,7 +86,26 @@ def measure(n: int, columns: int, rollouts: int) -> dict[str, float]:
     store = InMemoryParameterStore()
     learner = LearnerRole(cfg, store)
     learner.publish(0)
-    runner = EnvRunner(cfg, store, 0, seed=1)
+    return learner, EnvRunner(cfg, store, 0, seed=1)
+
+
+def learning_check(n: int, copies: int, iterations: int) -> tuple[float, float]:
+    """Mean reward per live agent step of the first and the last rollout of ``iterations`` PPO
+    updates on Drift (reward: minus the distance to the origin): a shared policy that learns
+    moves every agent inward."""
+    learner, runner = roles(n, copies, lr=3e-3)
+    means = []
+    for i in range(iterations):
+        rollout, info = runner.collect(i)
+        alive = rollout.steps["alive"]
+        means.append(float(rollout.steps["rewards"][alive].mean()))
+        learner.update(i + 1, (i + 1) * info["env_steps"], rollout)
+    return means[0], means[-1]
+
+
+def measure(n: int, columns: int, rollouts: int) -> dict[str, float]:
+    copies = max(1, columns // n)
+    learner, runner = roles(n, copies)
     runner.collect(0)  # warm-up
     collect_s = update_s = 0.0
     agent_steps = 0
@@ -108,7 +127,13 @@ def main() -> int:
     parser.add_argument("--agents", default="1,8,64,200")
     parser.add_argument("--columns", type=int, default=800)
     parser.add_argument("--rollouts", type=int, default=5)
+    parser.add_argument("--learning-check", type=int, default=0, metavar="ITERATIONS",
+                        help="instead: train 8 agents x 4 copies this many iterations, print first/last reward")
     args = parser.parse_args()
+    if args.learning_check:
+        first, last = learning_check(8, 4, args.learning_check)
+        print(f"mean reward per agent step: first rollout {first:.3f}, after {args.learning_check} updates {last:.3f}")
+        return 0
     print("| agents | copies | columns | agent steps | collect: agent steps/s | collect + PPO update: agent steps/s |")
     print("|---|---|---|---|---|---|")
     for n in (int(a) for a in args.agents.split(",")):
