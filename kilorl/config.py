@@ -299,14 +299,22 @@ class Config(_Section):
                 if getattr(self.env, field):
                     raise ValueError(f"env.{field}: not supported with algo.name={self.algo.name} (replay data path): "
                                      "stored transitions would keep the statistics of the moment they were added")
+        if self.multi_agent is not None:
+            self._multi_agent_fits(spec.alive_mask)
+        if self.algo.discount is None and self.env.normalize_reward:
+            raise ValueError(f"env.normalize_reward: algo.name={self.algo.name} declares no discount to scale by")
+
+    def _multi_agent_fits(self, alive_mask: bool) -> None:
+        """What the ``multi_agent`` section needs of the algorithm, the model and evaluation."""
         if self.multi_agent is not None and self.multi_agent.centralized_critic == "state" and self.model.actor_inputs is None:
             raise ValueError("multi_agent.centralized_critic: state needs model.actor_inputs, the size of one agent's "
                              "own observation (the policy's input; the critic sees the global state after it)")
-        if self.multi_agent is not None and not spec.alive_mask:
+        if self.evaluation.every_env_steps is not None:
+            raise ValueError("evaluation.every_env_steps: evaluation episodes of a PettingZoo environment "
+                             "(multi_agent) are not supported yet; training rows carry each agent's returns")
+        if not alive_mask:
             raise ValueError(f"multi_agent: algo.name={self.algo.name} does not mask dead agent columns out of its "
                              "losses, so it cannot train on a PettingZoo environment")
-        if self.algo.discount is None and self.env.normalize_reward:
-            raise ValueError(f"env.normalize_reward: algo.name={self.algo.name} declares no discount to scale by")
 
     @model_validator(mode="after")
     def _leaks_name_running_instances(self) -> Config:

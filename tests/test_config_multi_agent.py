@@ -50,3 +50,8 @@ def test_a_centralized_critic_needs_the_policys_input_size():
     cfg = config({"policies": {"shared": {}}, "policy_mapping": {"*": "shared"}, "centralized_critic": "state"},
                  model={"actor_inputs": 18})
     assert cfg.model.actor_inputs == 18
+
+
+def test_evaluation_during_training_is_refused_with_a_multi_agent_section():
+    with pytest.raises(ConfigError, match=r"evaluation.every_env_steps: evaluation episodes of a PettingZoo"):
+        config({"policies": {"shared": {}}, "policy_mapping": {"*": "shared"}}, evaluation={"every_env_steps": 1000})
