@@ -274,10 +274,11 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _batch_fits_the_algorithm(self) -> Config:
-        self.algo.check_batch(self.rollout_steps, self.train.gradient_accumulation_steps)
-        self.algo.check_parallelism(self.parallelism)
-        if self.model.recurrent is not None:
+        if self.model.recurrent is not None:  # the minibatch unit is an env column or a chunk, not a step
             self.algo.check_recurrent(self.parallelism, self.train.gradient_accumulation_steps)
+        else:
+            self.algo.check_batch(self.rollout_steps, self.train.gradient_accumulation_steps)
+        self.algo.check_parallelism(self.parallelism)
         self.sync.check(self.train.pipeline_depth)
         self._algorithm_fits_the_sections()
         return self

@@ -129,6 +129,26 @@ class RecurrentActorCritic(nn.Module):
             values = self.value_head(vf).squeeze(-1).float()
         return values[0]
 
+    @torch.no_grad()
+    def advance(self, obs: torch.Tensor, episode_start: torch.Tensor, state: StateTensors,
+                active: torch.Tensor | None = None) -> StateTensors:
+        """The state after ``[t, B, ...]`` observations, stepped one at a time as the actor steps
+        them (a start zeroes its row first); where ``active[i]`` (``[t, B]`` bool) is false a row
+        keeps its state through step ``i``. The learner's chunks get their stored states and
+        their burn-in from it: never differentiated."""
+        x = as_input(obs)
+        for i in range(x.shape[0]):
+            _, new = self._unroll(self.policy_torso, self.policy_rnn, "pi", x[i : i + 1], episode_start[i : i + 1],
+                                  state)
+            if not self.shared:
+                new.update(self._unroll(self.value_torso, self.value_rnn, "vf", x[i : i + 1],
+                                        episode_start[i : i + 1], state)[1])
+            if active is not None:
+                keep = active[i].view(-1, 1, 1)
+                new = {k: torch.where(keep, v, state[k]) for k, v in new.items()}
+            state = new
+        return state
+
     def evaluate_sequence(self, obs: torch.Tensor, actions: torch.Tensor, episode_start: torch.Tensor,
                           state: StateTensors) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The learner's forward: ``[T, B]`` log-probs, entropies and values of whole env columns,

@@ -75,10 +75,13 @@ def test_one_and_two_learners_on_the_same_rollouts_end_with_equal_parameters(ray
         np.testing.assert_allclose(two[0][name], value, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
-def test_one_and_two_learners_end_equal_on_a_recurrent_model_split_by_env_columns(ray_local):
-    """Minibatches of whole env columns, each unrolled from its saved state: the ranks' columns
-    together are one learner's minibatch (two minibatches, each in two micro-batches)."""
-    sections = {"algo": {"rollout_length": 32, "num_minibatches": 2, "update_epochs": 2},
+@pytest.mark.parametrize("sequences", [{}, {"sequence_mode": "chunks", "sequence_length": 12, "burn_in": 4}],
+                         ids=["columns", "chunks"])
+def test_one_and_two_learners_end_equal_on_a_recurrent_model_split_by_env_columns(ray_local, sequences):
+    """Minibatches of whole env columns (or of chunks with burn-in), each unrolled from its
+    saved state: the ranks' shares together are one learner's minibatch (two minibatches, each
+    in two micro-batches)."""
+    sections = {"algo": {"rollout_length": 32, "num_minibatches": 2, "update_epochs": 2, **sequences},
                 "train": {"gradient_accumulation_steps": 2, "total_env_steps": 4096},
                 "model": {"recurrent": {"type": "lstm", "hidden_size": 8}}}
     rng = np.random.default_rng(5)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from kilorl.algos.config_base import OnPolicyConfig
 
@@ -27,6 +27,26 @@ class PPOConfig(OnPolicyConfig):
     """Clip the value-function update around the old value estimate."""
     target_kl: float | None = Field(default=None, gt=0)
     """Stop the epoch loop early once the approximate KL exceeds this (None: never)."""
+    sequence_mode: Literal["columns", "chunks"] = "columns"
+    """How a recurrent model's minibatches cut the rollout: ``columns`` (whole env columns, each
+    unrolled over the whole rollout from the state saved at its start: backpropagation through
+    all ``rollout_length`` steps) or ``chunks`` (windows of ``sequence_length`` steps of a
+    column, each from its stored state, ``burn_in`` steps refreshing it; ``kilorl.algos.sequences``).
+    Ignored by a memoryless model."""
+    sequence_length: int = Field(default=16, gt=0)
+    """``chunks``: steps in one chunk, burn-in included. A gradient flows through at most
+    ``sequence_length - burn_in`` steps (the truncated BPTT length)."""
+    burn_in: int = Field(default=0, ge=0)
+    """``chunks``: steps before a chunk's trained steps that only refresh its stored state with
+    the current parameters (no loss, no gradient; R2D2's burn-in). They are the previous chunk's
+    trained steps, so every step carries the loss once."""
+
+    @model_validator(mode="after")
+    def _burn_in_shorter_than_the_chunk(self) -> PPOConfig:
+        if self.burn_in >= self.sequence_length:
+            raise ValueError(f"algo.burn_in={self.burn_in} must be smaller than algo.sequence_length="
+                             f"{self.sequence_length} (a chunk needs steps that carry the loss)")
+        return self
 
     def check_batch(self, batch_size: int, gradient_accumulation_steps: int) -> None:
         if batch_size % self.num_minibatches:
@@ -43,6 +63,9 @@ class PPOConfig(OnPolicyConfig):
     def check_recurrent(self, parallelism: Any, gradient_accumulation_steps: int) -> None:
         """A recurrent model trains on minibatches of whole env columns, taken alike from every
         env runner's block (so 1 and K learners take the same steps)."""
+        if self.sequence_mode == "chunks":
+            self._check_chunks(parallelism, gradient_accumulation_steps)
+            return
         envs = parallelism.envs_per_actor
         if envs % self.num_minibatches:
             raise ValueError(f"algo.num_minibatches={self.num_minibatches} must divide parallelism.envs_per_actor="
@@ -51,3 +74,21 @@ class PPOConfig(OnPolicyConfig):
         if columns % gradient_accumulation_steps:
             raise ValueError(f"train.gradient_accumulation_steps={gradient_accumulation_steps} must divide the "
                              f"{columns} env columns of a minibatch with model.recurrent")
+
+    def _check_chunks(self, parallelism: Any, gradient_accumulation_steps: int) -> None:
+        """A minibatch is chunks taken alike from every env runner's block of ``envs_per_actor``
+        columns of ``ceil(rollout_length / (sequence_length - burn_in))`` chunks each."""
+        if self.sequence_length > self.rollout_length:
+            raise ValueError(f"algo.sequence_length={self.sequence_length} does not fit the rollout: it must not "
+                             f"exceed algo.rollout_length={self.rollout_length} (sequence_mode: chunks)")
+        per_column = -(-self.rollout_length // (self.sequence_length - self.burn_in))
+        block = parallelism.envs_per_actor * per_column
+        if block % self.num_minibatches:
+            raise ValueError(f"algo.num_minibatches={self.num_minibatches} must divide the {block} chunks of an env "
+                             f"runner (parallelism.envs_per_actor={parallelism.envs_per_actor} x {per_column} chunks "
+                             f"of algo.rollout_length={self.rollout_length} by algo.sequence_length="
+                             f"{self.sequence_length} - algo.burn_in={self.burn_in})")
+        chunks = parallelism.actor * block // self.num_minibatches
+        if chunks % gradient_accumulation_steps:
+            raise ValueError(f"train.gradient_accumulation_steps={gradient_accumulation_steps} must divide the "
+                             f"{chunks} chunks of a minibatch with algo.sequence_mode=chunks")

@@ -12,7 +12,17 @@ from kilorl.algos import keys
 from kilorl.algos.actor_critic import ActorCriticLearner, ActorCriticState, explained_variance
 from kilorl.algos.gae import rollout_gae
 from kilorl.algos.ppo.loss import ppo_loss
-from kilorl.algos.sequences import column_minibatches, flat_rows, rollout_forward
+from kilorl.algos.sequences import (
+    chunk_forward,
+    chunk_minibatches,
+    chunk_rows,
+    chunks_per_column,
+    column_minibatches,
+    episode_starts,
+    flat_rows,
+    rollout_forward,
+    stored_states,
+)
 
 if TYPE_CHECKING:
     from kilorl.algos.api import LearnerContext, RolloutBatch
@@ -96,8 +106,12 @@ class PPOLearner(ActorCriticLearner):
         stats: dict[str, list[torch.Tensor]] = {k: [] for k in _STATS}
         grad_norms: list[torch.Tensor] = []
         stopped_early = 0.0
-        batches = self._recurrent_batches(rollout, obs, actions) if getattr(ac.model, "recurrent", False) else \
-            self._flat_batches(obs, actions)
+        if not getattr(ac.model, "recurrent", False):
+            batches = self._flat_batches(obs, actions)
+        elif algo.sequence_mode == "chunks":
+            batches = self._chunk_batches(rollout, obs, actions)
+        else:
+            batches = self._recurrent_batches(rollout, obs, actions)
         for _epoch in range(algo.update_epochs):
             epoch_kl: list[torch.Tensor] = []
             for idx, parts, forward in batches(T, N):
@@ -149,6 +163,29 @@ class PPOLearner(ActorCriticLearner):
         if self.ctx.world_size > 1:
             count = self.ac.grad_comm.sum_tensor(count.detach().cpu().reshape(1))[0].to(mask.device) / self.ctx.world_size
         return count.clamp(min=1e-8)
+
+    def _chunk_batches(self, rollout: Rollout, obs: torch.Tensor,
+                       actions: torch.Tensor) -> Callable[[int, int], Iterator[tuple[Minibatch, list[Minibatch], Forward]]]:
+        """A recurrent model's epoch in ``chunks`` mode: minibatches of fixed-length chunks, each
+        from its stored state with ``burn_in`` steps that refresh it (``kilorl.algos.sequences``)."""
+        ac, algo, micro = self.ac, self.algo, max(1, self.ctx.gradient_accumulation_steps)
+        T, N = rollout.shape
+        stride, K = algo.sequence_length - algo.burn_in, chunks_per_column(T, algo.sequence_length, algo.burn_in)
+        if not rollout.state:
+            raise ValueError("a recurrent model's rollout has no Rollout.state (the policy state at rollout start)")
+        seq_obs, seq_actions = obs.view(T, N, *obs.shape[1:]), actions.view(T, N, *actions.shape[1:])
+        starts = torch.as_tensor(episode_starts(rollout), device=ac.device)
+        state = {k: torch.tensor(v, device=ac.device) for k, v in rollout.state.items()}
+        stored = stored_states(ac.module, seq_obs, starts, state, stride, algo.burn_in, K)
+        forward = chunk_forward(ac.module, seq_obs, seq_actions, starts, stored, stride, algo.burn_in)
+
+        def epoch(T: int, N: int) -> Iterator[tuple[Minibatch, list[Minibatch], Forward]]:
+            for cols, ks in chunk_minibatches(N, K, self.ctx.envs_per_env_runner, algo.num_minibatches, ac.device):
+                pieces = list(zip(cols.chunk(micro), ks.chunk(micro)))
+                parts: list[Minibatch] = [chunk_rows(c, k, T, N, stride) for c, k in pieces]
+                yield torch.cat(parts), parts, lambda i, pieces=pieces: forward(*pieces[i])
+
+        return epoch
 
     def _minibatch(self, idx: Minibatch, parts: list[Minibatch], forward: Forward, old_logp: torch.Tensor,
                    old_values: torch.Tensor, advantages: torch.Tensor, returns: torch.Tensor,
