@@ -48,10 +48,10 @@ class Temperature(nn.Module):
 
     def __init__(self, alpha: float) -> None:
         super().__init__()
-        self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha)))
+        self.log_alpha = nn.Parameter(torch.full((1,), math.log(alpha)))  # 1-d: checkpoints keep no 0-d tensors
 
     def forward(self) -> torch.Tensor:
-        return self.log_alpha.exp()
+        return self.log_alpha.exp()[0]
 
 
 class SACLearner(AlgorithmLearner):
