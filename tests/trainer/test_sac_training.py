@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from kilorl.datasets import read_dataset
 from kilorl.trainer import Trainer
 from kilorl.trainer.checkpoint import latest_checkpoint, load_checkpoint
 from kilorl.trainer.evaluate import evaluate
 from kilorl.trainer.metrics import read_metrics
+from kilorl.trainer.record import record
 from tests.conftest import tiny_config
 
 TARGET = {"id": "tests.envs.target_env:TargetEnv"}
@@ -34,6 +36,10 @@ def test_sac_learns_a_one_step_task_to_near_its_optimum(ray_local, tmp_path):
     assert not any(k.startswith(("critic", "log_std_", "q")) for k in state["model"])  # the policy alone
     played = evaluate(result.checkpoint, episodes=50)
     assert np.mean(played.returns) > -0.3, played.returns
+    # the trained policy, noised, recorded as a dataset (kilorl record RUN_DIR --noise)
+    episodes, meta = read_dataset(record(tmp_path / "ds", episodes=20, seed=0, run=tmp_path / "run", noise=0.5))
+    assert meta["total_steps"] == 20 and all(e.observations.shape == (2, 1) for e in episodes)
+    assert -8 / 3 < np.mean([e.rewards.sum() for e in episodes]) < np.mean(played.returns)
 
 
 def test_a_sac_run_resumed_from_its_checkpoint_ends_with_the_uninterrupted_runs_parameters(ray_local, tmp_path):
