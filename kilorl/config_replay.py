@@ -15,6 +15,15 @@ from pydantic import Field
 from kilorl.config_section import Section
 
 
+class OfflineDataConfig(Section):
+    """Recorded data mixed into every sampled batch (``kilorl record`` writes such datasets)."""
+
+    path: str
+    """Directory of a dataset in Minari's format (its root, or its ``data/``)."""
+    ratio: float = Field(default=0.5, ge=0, le=1)
+    """Share of every batch drawn from the recorded rows: exactly ``round(ratio * batch_size)``."""
+
+
 class ReplayBufferConfig(Section):
     """A replay algorithm's table on the store workers."""
 
@@ -34,3 +43,6 @@ class ReplayBufferConfig(Section):
     """The codec's level (zstd 1-22, lz4 0-16)."""
     chunk_length: int = Field(default=16, ge=1)
     """Rows per compressed chunk (more compress better; a sample decodes a chunk per row)."""
+    offline: OfflineDataConfig | None = None
+    """Recorded data mixed into every batch at a fixed share, kept in the learner's process in
+    a table of its own that online inserts never evict (None: online data only)."""

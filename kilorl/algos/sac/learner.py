@@ -21,6 +21,7 @@ from kilorl.algos import keys
 from kilorl.algos.api import AlgorithmLearner, LearnerContext
 from kilorl.algos.common.checkpointing import NamedParts
 from kilorl.algos.common.device import pick_device
+from kilorl.algos.common.offline_mix import SOURCE_COLUMN, MixedSource, OfflineTable, sample_batches
 from kilorl.algos.common.optimizer_step import OptimizerStep
 from kilorl.algos.common.targets import soft_update
 from kilorl.algos.common.transitions import COLUMNS, TransitionTable, load_table_state, table_state
@@ -86,6 +87,7 @@ class SACLearner(AlgorithmLearner):
         self.parts.optimizer("critic", self.critic_opt)
         self.parts.optimizer("temperature", self.alpha_opt)
         self.table: TransitionTable | None = None
+        self.offline: OfflineTable | None = None
         self.env_steps, self.updates, self.credit = 0, 0, 0.0
         """Env steps seen, critic steps taken, critic steps owed (fractional) by new env steps."""
         self.obs_rms, self.ret_rms = RunningMeanStd(ctx.obs_space.shape), RunningMeanStd(())
@@ -97,13 +99,25 @@ class SACLearner(AlgorithmLearner):
             return torch.tensor(self.algo.alpha, device=self.device)
         return self.temperature().detach()
 
-    def make_replay_table(self) -> TransitionTable:
+    def make_replay_table(self) -> TransitionTable | MixedSource:
+        """The online table, mixed with the recorded rows at their share when the run has them."""
         space = self.ctx.obs_space
         self.table = TransitionTable(self.algo.buffer_size, space.shape, space.dtype, self.algo.gamma,
                                      self.algo.n_step, seed=self.ctx.seed * 1000 + self.ctx.rank,
                                      storage=self.ctx.replay_storage, name=f"sac-{self.ctx.rank}",
                                      action_shape=(self.act_dim,), action_dtype=np.float32)
-        return self.table
+        offline = self.ctx.offline
+        if offline is None:
+            return self.table
+        rows = dict(offline.columns)
+        scale, bias = self.actor.action_scale.cpu().numpy(), self.actor.action_bias.cpu().numpy()
+        terminated = rows.pop("terminated").astype(np.float32)
+        rows["action"] = np.clip((rows["action"].reshape(len(terminated), -1) - bias) / scale, -1.0, 1.0).astype(np.float32)
+        rows["discount"] = (self.algo.gamma * (1.0 - terminated)).astype(np.float32)
+        rows["reward"] = rows["reward"].astype(np.float32)
+        rows["obs"], rows["next_obs"] = (rows[k].astype(space.dtype) for k in ("obs", "next_obs"))
+        self.offline = OfflineTable(rows, seed=self.ctx.seed * 1000 + 500 + self.ctx.rank)
+        return MixedSource(self.table, self.offline, offline.ratio)
 
     def update(self, source: TransitionTable, env_steps_total: int) -> dict[str, float]:
         algo = self.algo
@@ -116,8 +130,8 @@ class SACLearner(AlgorithmLearner):
         self.credit -= n
         if not n:
             return {"gradient_steps": 0.0}
-        rows = source.sample(algo.batch_size * n)  # every step's rows at once: one gather per column
-        cols = {k: torch.as_tensor(rows[k], device=self.device) for k in COLUMNS}
+        rows = sample_batches(source, algo.batch_size, n)  # every step's rows at once: one gather per column
+        cols = {k: torch.as_tensor(rows[k], device=self.device) for k in (*COLUMNS, SOURCE_COLUMN) if k in rows}
         stats: dict[str, list[torch.Tensor]] = {}
         for i in range(n):
             part = slice(i * algo.batch_size, (i + 1) * algo.batch_size)
@@ -145,7 +159,14 @@ class SACLearner(AlgorithmLearner):
         loss.backward()
         self.critic_opt.step()
         soft_update(self.critic_target, self.critic, self.algo.tau)
-        return {"critic_loss": loss.detach(), "q_mean": q.detach().mean()}
+        out = {"critic_loss": loss.detach(), "q_mean": q.detach().mean()}
+        if SOURCE_COLUMN in t:  # per-source metrics of a mixed batch (its share is exact, so both exist)
+            q_rows, offline = q.detach().mean(0), t[SOURCE_COLUMN]
+            if offline.any():
+                out["offline_q_mean"] = q_rows[offline].mean()
+            if not offline.all():
+                out["online_q_mean"] = q_rows[~offline].mean()
+        return out
 
     def _policy_step(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
         """``E[alpha log pi(a|s) - Q(s, a)]`` with ``a`` reparameterised, then the temperature
@@ -187,6 +208,8 @@ class SACLearner(AlgorithmLearner):
     def state(self) -> dict[str, Any]:
         tensors, meta = self.parts.state()
         meta.update(env_steps=self.env_steps, credit=self.credit)
+        if self.offline is not None:  # the rows are the dataset's; only the sampler's place is state
+            meta["offline_rng"] = self.offline.rng_state()
         tensors.update(table_state(self.table, meta))
         return {
             "model": {k: v.detach().cpu() for k, v in self.actor.state_dict().items()},
@@ -209,3 +232,5 @@ class SACLearner(AlgorithmLearner):
         self.env_steps = int(meta.get("env_steps", 0))
         self.credit = float(meta.get("credit", 0.0))
         load_table_state(self.table, tensors, meta)
+        if self.offline is not None and "offline_rng" in meta:
+            self.offline.set_rng_state(meta["offline_rng"])
