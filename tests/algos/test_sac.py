@@ -21,6 +21,17 @@ from kilorl.config import ModelConfig
 from kilorl.core import Rollout
 from kilorl.roles.grad_comm import AllReduceComm
 
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Networks this small lose more to handing work between threads than they gain: on the
+    loaded 2-core machine the restore test took 43 s with torch's 2 threads, 4 s with one."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 ACT = gym.spaces.Box(-2.0, 2.0, (2,), np.float32)
 BOUNDED = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))

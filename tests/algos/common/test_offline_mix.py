@@ -9,7 +9,7 @@ import pytest
 from kilorl.algos.common.offline_mix import MixedSource, OfflineTable, offline_positions, sample_batches
 from kilorl.algos.common.transitions import TransitionTable
 from kilorl.algos.sac.config import SACConfig
-from tests.algos.test_sac import _learner, _rollout
+from tests.algos.test_sac import _learner, _rollout, one_torch_thread  # noqa: F401 (an autouse fixture)
 
 
 def _offline(n: int = 50) -> OfflineTable:
