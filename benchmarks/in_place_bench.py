@@ -19,16 +19,27 @@ A watchdog protects the shared machine: a run with any process of its tree past
 
 ``--example examples/cartpole_impala.yaml`` runs the same on the ``queue`` data path; there the
 accounting check is env steps = rollouts trained (the rows' ``rollouts_actor{j}``) x rollout size.
+
+``--raylets 2`` runs each training on a fresh ``ray.cluster_utils.Cluster`` of plain raylets (no
+custom resources; ``--raylet-cpus`` CPUs and ``--raylet-memory-gib`` memory each, a 0-CPU head),
+through ``kilorl train --address``: there another node has room, so each leaking role must be
+*moved* (outcome ``completed``, another node) before its limit instead of restarted in place
+(issue 38, item 2):
+
+    PYTHONPATH=. python benchmarks/in_place_bench.py --rates 20,50,100 --runs 3 --raylets 2
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -81,7 +92,7 @@ def watched(cmd: list[str], watchdog_bytes: float, timeout_s: float) -> tuple[in
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, cwd=REPO, start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while proc.poll() is None:
-            rss, who = tree_rss(proc.pid)
+            rss, who = tree_rss(os.getpid())  # this process's tree: the run's, and local raylets' workers
             if rss > peak:
                 peak, name = rss, who
             if peak > watchdog_bytes or time.monotonic() > deadline:
@@ -98,9 +109,11 @@ def watched(cmd: list[str], watchdog_bytes: float, timeout_s: float) -> tuple[in
 
 
 def one_run(rate: float, seed: int, root: Path, roles: tuple[str, ...], watchdog_bytes: float,
-            leak_after_s: float, example: str = "examples/cartpole_ppo.yaml", extra: tuple[str, ...] = ()) -> dict:
+            leak_after_s: float, example: str = "examples/cartpole_ppo.yaml", extra: tuple[str, ...] = (),
+            address: str | None = None) -> dict:
     run = root / f"rate{rate:g}-s{seed}-{'-'.join(roles) or 'none'}"
     cmd = [sys.executable, "-m", "kilorl.cli.main", "train", example, "--run-dir", str(run),
+           *(["--address", address] if address else []),
            *sum((["-o", o] for o in [*overrides(rate, seed, roles, leak_after_s), *extra]), [])]
     t0 = time.time()
     code, stdout, stderr, peak = watched(cmd, watchdog_bytes, timeout_s=900)
@@ -124,6 +137,7 @@ def one_run(rate: float, seed: int, root: Path, roles: tuple[str, ...], watchdog
                         "forecast": r["reason"].split("; ")[0].split(", ")[-1],
                         "waited": r["reason"].split("; ")[1] if "; " in r["reason"] else "",
                         "serving_s": None if r["serving_s"] is None else round(r["serving_s"], 2),
+                        "from_node": r.get("from_node"), "to_node": r.get("to_node"),
                         "old_ended_s": None if r.get("old_ended_s") is None else round(r["old_ended_s"], 2)}
                        for r in records]}
     res["startup_s"] = next((row.get("startup_s") for row in rows if "startup_s" in row), None)
@@ -132,6 +146,34 @@ def one_run(rate: float, seed: int, root: Path, roles: tuple[str, ...], watchdog
                             capture_output=True, text=True, cwd=REPO, timeout=600)
         res["eval_mean"] = json.loads(ev.stdout.strip().splitlines()[-1])["episode_return_mean"]
     return res
+
+
+def replaced(record: dict, moved: bool) -> bool:
+    """Restarted in place on one node; moved to another node where the cluster has one."""
+    if moved:
+        return record["outcome"] == "completed" and record["from_node"] != record["to_node"]
+    return record["outcome"] == "restarted_in_place"
+
+
+@contextmanager
+def raylets(n: int, cpus: int, memory_gib: float) -> Iterator[str | None]:
+    """A fresh local Ray cluster of ``n`` plain raylets (its address), or None for embedded Ray."""
+    if n <= 0:
+        yield None
+        return
+    from ray.cluster_utils import Cluster as RayCluster
+
+    # ray.cluster_utils starts its raylets without token authentication, while `kilorl train --address`
+    # presents the machine's token when one exists (kilorl/trainer/ray_auth.py): one mode for both sides
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    cluster = RayCluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    try:
+        for _ in range(n):
+            cluster.add_node(num_cpus=cpus, memory=int(memory_gib * 2**30))
+        cluster.wait_for_nodes()
+        yield cluster.address
+    finally:
+        cluster.shutdown()
 
 
 def main() -> None:
@@ -147,16 +189,22 @@ def main() -> None:
     ap.add_argument("--watchdog-gib", type=float, default=3.5, help="end a run once a process of it has this RSS")
     ap.add_argument("--example", default="examples/cartpole_ppo.yaml")
     ap.add_argument("-o", dest="extra", action="append", default=[], help="further config overrides")
+    ap.add_argument("--raylets", type=int, default=0,
+                    help="train on a fresh local cluster of this many plain raylets (0: embedded Ray, one node)")
+    ap.add_argument("--raylet-cpus", type=int, default=3, help="CPUs each raylet declares")
+    ap.add_argument("--raylet-memory-gib", type=float, default=6.0, help="memory each raylet declares")
     args = ap.parse_args()
     root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="in-place-"))
     for rate in (float(r) for r in args.rates.split(",")):
         for seed in range(args.first_seed, args.first_seed + args.runs):
             leaking = () if args.roles == "none" else tuple(args.roles.split(","))
-            r = one_run(rate, seed, root, leaking, args.watchdog_gib * 2**30, args.leak_after_s, args.example,
-                        tuple(args.extra))
+            with raylets(args.raylets, args.raylet_cpus, args.raylet_memory_gib) as address:
+                r = one_run(rate, seed, root, leaking, args.watchdog_gib * 2**30, args.leak_after_s, args.example,
+                            tuple(args.extra), address)
             roles = {x["role"]: x for x in r["records"]}
+            r["raylets"] = args.raylets
             r["replaced_before_limit"] = (sorted(roles) == sorted(leaking)
-                                          and all(x["outcome"] == "restarted_in_place" and x["level_gib"] < x["limit_gib"]
+                                          and all(replaced(x, moved=args.raylets > 1) and x["level_gib"] < x["limit_gib"]
                                                   for x in roles.values()))
             r["eval_met"] = r.get("eval_mean") is not None and r["eval_mean"] >= THRESHOLD
             print(json.dumps(r), flush=True)

@@ -18,6 +18,7 @@ from kilorl.algos.ppo.config import PPOConfig
 from kilorl.algos.registry import get as algo_spec
 from kilorl.algos.registry import names as algo_names
 from kilorl.comm.config import CompressionConfig
+from kilorl.config_multi_agent import MultiAgentConfig
 from kilorl.config_replay import ReplayBufferConfig
 from kilorl.config_scale import StoreSection, SyncSection
 from kilorl.config_section import Section as _Section
@@ -40,7 +41,9 @@ AlgoSection = _algo_section()
 
 class EnvConfig(_Section):
     id: str
-    """Gymnasium id (``CartPole-v1``) or entry point ``package.module:ClassName``."""
+    """Gymnasium id (``CartPole-v1``) or entry point ``package.module:ClassName``; an entry point
+    that returns a PettingZoo ``ParallelEnv`` (``mpe2.simple_spread_v3:parallel_env``) makes each
+    agent a column of the rollout (``kilorl.envs.agent_columns``)."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments passed to the environment constructor."""
     max_episode_steps: int | None = Field(default=None, gt=0)
@@ -53,6 +56,9 @@ class EnvConfig(_Section):
     """Clip normalized observations to [-clip_obs, clip_obs]."""
     clip_reward: float = Field(default=10.0, gt=0)
     """Clip normalized rewards to [-clip_reward, clip_reward]."""
+    max_num_agents: int | None = Field(default=None, gt=0)
+    """PettingZoo environments only: agent columns per environment copy (agents appearing
+    mid-episode take a free one); None: the environment's own ``max_num_agents``."""
 
 
 class RecurrentSection(_Section):
@@ -82,11 +88,18 @@ class ModelConfig(_Section):
     recurrent: RecurrentSection | None = None
     """A recurrent core (LSTM or GRU) after the MLP torso, one per head unless ``shared_backbone``
     (None: a memoryless policy). The actors carry its state across steps and rollouts."""
+    actor_inputs: int | None = Field(default=None, gt=0)
+    """The policy head sees only the first ``actor_inputs`` observation entries, the value head
+    all of them: MAPPO's centralised critic (``multi_agent.centralized_critic: state`` puts the
+    environment's global state after each agent's own observation). None: both see everything."""
 
     @model_validator(mode="after")
     def _positive_widths(self) -> ModelConfig:
         if not self.hidden_sizes or any(h <= 0 for h in self.hidden_sizes):
             raise ValueError("hidden_sizes must be a non-empty list of positive integers")
+        if self.actor_inputs is not None and (self.shared_backbone or self.recurrent is not None):
+            raise ValueError("actor_inputs: the policy and value heads see different inputs, so they need separate "
+                             "memoryless torsos (not shared_backbone, not recurrent)")
         return self
 
 
@@ -247,6 +260,9 @@ class Config(_Section):
     replay_buffer: ReplayBufferConfig | None = None
     """A replay algorithm's table in the store workers (sharded, optionally compressed); None:
     in the learner's process. Only for algorithms on the replay data path."""
+    multi_agent: MultiAgentConfig | None = None
+    """Which policy each agent of a PettingZoo environment acts with (``policy_mapping`` by
+    agent-name pattern); None: every agent column on the one policy of ``algo`` and ``model``."""
 
     @model_validator(mode="before")
     @classmethod
@@ -278,13 +294,49 @@ class Config(_Section):
         if self.replay_buffer is not None and spec.data_path != "replay":
             raise ValueError(f"replay_buffer: algo.name={self.algo.name} is on the {spec.data_path} data path, "
                              "which keeps no replay table (remove the section or pick a replay algorithm)")
+        if self.replay_buffer is not None:
+            self._replay_buffer_fits_the_algorithm(self.replay_buffer)
         if spec.data_path == "replay":
             for field in ("normalize_obs", "normalize_reward"):
                 if getattr(self.env, field):
                     raise ValueError(f"env.{field}: not supported with algo.name={self.algo.name} (replay data path): "
                                      "stored transitions would keep the statistics of the moment they were added")
+        if self.multi_agent is not None:
+            self._multi_agent_fits(spec.alive_mask)
         if self.algo.discount is None and self.env.normalize_reward:
             raise ValueError(f"env.normalize_reward: algo.name={self.algo.name} declares no discount to scale by")
+
+    def _replay_buffer_fits_the_algorithm(self, rb: ReplayBufferConfig) -> None:
+        """The section's options the algorithm cannot honour; ``n_step`` handed to it."""
+        algo = self.algo
+        honoured = getattr(algo, "replay_options", ())
+        for name in ("prioritized", "samples_per_insert"):
+            if getattr(rb, name) is not None and name not in honoured:
+                raise ValueError(f"replay_buffer.{name}: algo.name={algo.name} does not support it "
+                                 f"(it honours {list(honoured) or 'none of the table options'})")
+        capacity = rb.capacity or getattr(algo, "buffer_size", None)
+        if rb.min_size_to_sample is not None and capacity is not None and rb.min_size_to_sample > capacity:
+            raise ValueError(f"replay_buffer.min_size_to_sample: {rb.min_size_to_sample} exceeds the table's "
+                             f"capacity {capacity} (algo.buffer_size): nothing could ever be sampled")
+        if rb.n_step is not None:
+            if not hasattr(algo, "n_step"):
+                raise ValueError(f"replay_buffer.n_step: algo.name={algo.name} has no n-step returns")
+            if "n_step" in algo.model_fields_set and algo.n_step != rb.n_step:
+                raise ValueError(f"replay_buffer.n_step: {rb.n_step} contradicts algo.n_step={algo.n_step} "
+                                 "(set one of them)")
+            algo.n_step = rb.n_step
+
+    def _multi_agent_fits(self, alive_mask: bool) -> None:
+        """What the ``multi_agent`` section needs of the algorithm, the model and evaluation."""
+        if self.multi_agent is not None and self.multi_agent.centralized_critic == "state" and self.model.actor_inputs is None:
+            raise ValueError("multi_agent.centralized_critic: state needs model.actor_inputs, the size of one agent's "
+                             "own observation (the policy's input; the critic sees the global state after it)")
+        if self.evaluation.every_env_steps is not None:
+            raise ValueError("evaluation.every_env_steps: evaluation episodes of a PettingZoo environment "
+                             "(multi_agent) are not supported yet; training rows carry each agent's returns")
+        if not alive_mask:
+            raise ValueError(f"multi_agent: algo.name={self.algo.name} does not mask dead agent columns out of its "
+                             "losses, so it cannot train on a PettingZoo environment")
 
     @model_validator(mode="after")
     def _leaks_name_running_instances(self) -> Config:

@@ -19,7 +19,7 @@ import abc
 import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -97,6 +97,9 @@ class RolloutInfo(TypedDict):
     collect_s: float
     wait_s: float
     """Seconds spent waiting for the parameters the rollout needed."""
+    agent_returns: NotRequired[dict[str, list[float]]]
+    """Multi-agent environments only: each agent's own return in the episodes that ended
+    (``episode_returns`` holds their sums)."""
 
 
 class ParameterStore(abc.ABC):

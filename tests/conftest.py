@@ -17,7 +17,9 @@ def ray_local():
     """One embedded Ray instance for every test that needs the runtime (start-up is ~5 s)."""
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
-        ray.init(num_cpus=6, include_dashboard=False, log_to_driver=False)
+        from kilorl.trainer.ray_start import init_embedded_ray
+
+        init_embedded_ray(num_cpus=6, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 

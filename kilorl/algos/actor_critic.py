@@ -110,16 +110,21 @@ class ActorCriticState:
         self.optimizer.step()
         return norm
 
-    def normalized(self, advantages: torch.Tensor) -> torch.Tensor:
+    def normalized(self, advantages: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """``(a - mean) / (std + 1e-8)`` with mean and std over every rank's samples.
 
         Each rank holds a share of the batch; summing count, sum and sum of squares over
         ranks gives the statistics of the whole batch, so the split of actors over learners
         does not change the result. One learner normalizes on its own tensor (no host sync).
+        ``mask``: the statistics are the live agents' rows' only (dead columns' rows are
+        normalised with them but left out of the loss).
         """
         if self.single:
-            return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+            live = advantages if mask is None else advantages[mask > 0]
+            return (advantages - live.mean()) / (live.std() + 1e-8)
         a = advantages.detach().double()
+        if mask is not None:
+            a = a[mask > 0]
         sums = self.grad_comm.sum_tensor(torch.stack([torch.tensor(float(a.numel()), dtype=torch.float64),
                                                       a.sum(), (a * a).sum()]).cpu())
         n, s1, s2 = (float(v) for v in sums)
@@ -192,7 +197,10 @@ class ActorCriticState:
             torch.set_rng_state(state["torch_rng"])
 
 
-def explained_variance(returns: np.ndarray, values: np.ndarray) -> float:
+def explained_variance(returns: np.ndarray, values: np.ndarray, alive: np.ndarray | None = None) -> float:
+    """1 - Var(returns - values) / Var(returns), over the live agents' rows where ``alive`` is given."""
+    if alive is not None:
+        returns, values = returns[alive], values[alive]
     var_y = float(np.var(returns))
     return float("nan") if var_y == 0 else 1.0 - float(np.var(returns - values)) / var_y
 

@@ -169,9 +169,16 @@ class RolloutBatch:
         return self._rollout
 
 
+SAMPLE_WEIGHT = "weight"
+"""The column a prioritized ``ReplayStorage`` adds to a sample: each row's importance weight
+(not a stored column). Such a storage also has ``update_priorities(errors)`` for the rows of
+its last sample, and ``progress`` (share of the run done: the weights' exponent follows it)."""
+
+
 class ReplayStorage(Protocol):
     """Rows of a fixed schema, FIFO at capacity, sampled uniformly: what ``RingTable`` does in
-    the learner's process and the store's replay tables do in the store workers."""
+    the learner's process and the store's replay tables do in the store workers (which may
+    also sample by priority, ``SAMPLE_WEIGHT``, and rate-limit, ``sample_budget()``)."""
 
     def insert(self, rows: Mapping[str, np.ndarray]) -> None: ...
 

@@ -70,6 +70,10 @@ class ReplayConfig(AlgoConfig):
     table as they complete, learners sample from it at a fixed ratio."""
 
     data_path: ClassVar[str] = "replay"
+    replay_options: ClassVar[tuple[str, ...]] = ()
+    """The ``replay_buffer`` options whose rows the algorithm's learner can use:
+    ``prioritized`` (it weights its loss and updates priorities), ``samples_per_insert`` (it
+    takes the gradient steps the rate limiter allows). Others are refused by name."""
 
     rollout_length: int = Field(default=32, gt=0)
     """Environment steps each env takes per rollout added to the table."""

@@ -20,6 +20,9 @@ OBS, ACTIONS, REWARDS = "obs", "actions", "rewards"
 TERMINATED, TRUNCATED = "terminated", "truncated"
 """Per-step ``[T, N]`` bools, kept apart: a termination ends the return, a truncation (a
 time limit) only the episode (its final observation's value bootstraps)."""
+ALIVE = "alive"
+"""Per-step ``[T, N]`` bool of a multi-agent rollout: the column held a live agent at that step
+(dead columns are left out of losses); absent for single-agent environments."""
 FINAL_T, FINAL_ENV = "t", "env"
 """``Rollout.final`` entries: where each finished episode ended (``[K]`` int64); its final
 observation is ``final[OBS]`` and the policy's extras of it sit under their own names."""

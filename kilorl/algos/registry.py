@@ -37,6 +37,9 @@ class AlgorithmSpec:
     (env runners, the learner's ``LearnerContext.build_model`` and ``kilorl eval`` use it)."""
     data_path: DataPath = "on_policy"
     """Which data path feeds its learner (``kilorl.trainer.data_paths``)."""
+    alive_mask: bool = False
+    """Its learner leaves dead agent columns (``steps["alive"]`` false) out of its losses, so it
+    may train on PettingZoo environments (``kilorl.envs.agent_columns``)."""
 
     def load(self, part: Literal["config", "learner", "policy", "model"]) -> Any:
         module_name, _, attr = getattr(self, part).partition(":")
@@ -68,7 +71,7 @@ def names() -> list[str]:
 
 register(AlgorithmSpec(
     name="ppo", config="kilorl.algos.ppo.config:PPOConfig", learner="kilorl.algos.ppo.learner:PPOLearner",
-    policy="kilorl.algos.ppo.policy:PPOPolicy",
+    policy="kilorl.algos.ppo.policy:PPOPolicy", alive_mask=True,
 ))
 register(AlgorithmSpec(
     name="a2c", config="kilorl.algos.a2c.config:A2CConfig", learner="kilorl.algos.a2c.learner:A2CLearner",

@@ -42,14 +42,22 @@ class ActorCritic(nn.Module):
         shared_backbone: bool = False,
         init_log_std: float = 0.0,
         ortho_init: bool = True,
+        actor_inputs: int | None = None,
     ) -> None:
         super().__init__()
+        if actor_inputs is not None and not 0 < actor_inputs < obs_dim:
+            raise ValueError(f"model.actor_inputs={actor_inputs} must be less than the observation size {obs_dim}")
+        if actor_inputs is not None and shared_backbone:
+            raise ValueError("model.actor_inputs: the policy and value heads see different inputs, so they cannot "
+                             "share a backbone (model.shared_backbone)")
+        self.actor_inputs = actor_inputs
+        """The policy sees the first ``actor_inputs`` observation entries, the value all (None: all)."""
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         if not self.discrete and not isinstance(action_space, gym.spaces.Box):
             raise ValueError(f"unsupported action space {action_space}; use Discrete or Box")
         act_dim = int(action_space.n) if self.discrete else int(np.prod(action_space.shape))
         sizes = [obs_dim, *hidden_sizes]
-        self.policy_torso = _mlp(sizes, activation, ortho_init)
+        self.policy_torso = _mlp([actor_inputs or obs_dim, *hidden_sizes], activation, ortho_init)
         self.value_torso = self.policy_torso if shared_backbone else _mlp(sizes, activation, ortho_init)
         self.policy_head = _layer(hidden_sizes[-1], act_dim, 0.01, ortho_init)
         self.value_head = _layer(hidden_sizes[-1], 1, 1.0, ortho_init)
@@ -60,9 +68,14 @@ class ActorCritic(nn.Module):
             self.register_buffer("action_low", low, persistent=False)
             self.register_buffer("action_high", high, persistent=False)
 
+    def _policy_out(self, obs: torch.Tensor) -> torch.Tensor:
+        """The policy head's output on the entries the policy sees."""
+        seen = obs if self.actor_inputs is None else obs[..., : self.actor_inputs]
+        return self.policy_head(self.policy_torso(seen))
+
     def distribution(self, obs: torch.Tensor) -> torch.distributions.Distribution:
         obs = as_input(obs)
-        logits_or_mean = self.policy_head(self.policy_torso(obs))
+        logits_or_mean = self._policy_out(obs)
         if self.discrete:
             return Categorical(logits=logits_or_mean.float())
         std = self.log_std.exp().expand_as(logits_or_mean)
@@ -79,7 +92,7 @@ class ActorCritic(nn.Module):
         torch.distributions object per minibatch (measured: ~25% of a small update).
         """
         obs = as_input(obs)
-        head = self.policy_head(self.policy_torso(obs)).float()
+        head = self._policy_out(obs).float()
         if self.discrete:
             logp_all = head.log_softmax(-1)
             logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
@@ -93,7 +106,7 @@ class ActorCritic(nn.Module):
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample (or take the mode of) actions; returns actions, log-probs, values."""
         obs = as_input(obs)
-        head = self.policy_head(self.policy_torso(obs)).float()
+        head = self._policy_out(obs).float()
         actions, logp = sample_head(head, self.log_std if not self.discrete else None, deterministic)
         return actions, logp, self.value(obs)
 

@@ -16,6 +16,8 @@ def build_actor_critic(obs_space: gym.Space, action_space: gym.Space, model_cfg)
     if not isinstance(obs_space, gym.spaces.Box):
         raise ValueError(f"unsupported observation space {obs_space}; MLP models need a Box")
     recurrent = getattr(model_cfg, "recurrent", None)
+    if recurrent is not None and getattr(model_cfg, "actor_inputs", None) is not None:
+        raise ValueError("model.actor_inputs is not supported with model.recurrent")
     if recurrent is not None:
         return RecurrentActorCritic(
             int(np.prod(obs_space.shape)), action_space, list(model_cfg.hidden_sizes), cell=recurrent.type,
@@ -30,4 +32,5 @@ def build_actor_critic(obs_space: gym.Space, action_space: gym.Space, model_cfg)
         shared_backbone=model_cfg.shared_backbone,
         init_log_std=model_cfg.init_log_std,
         ortho_init=model_cfg.ortho_init,
+        actor_inputs=getattr(model_cfg, "actor_inputs", None),
     )

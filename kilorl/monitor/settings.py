@@ -91,6 +91,11 @@ class MigrationConfig(_Section):
     """Most migrations decided in one round (the rest wait for the next)."""
     ready_timeout_s: float = Field(default=120.0, gt=0)
     """How long a replacement may take to start; past it the attempt fails and the old role keeps serving."""
+    replacement_start_s: float | None = Field(default=None, gt=0)
+    """How long a replacement takes to serve, for choosing how to move a role: where the forecast puts the
+    limit nearer than this, the old process ends first (its work in flight dropped and counted) instead of
+    serving on until the replacement does. None: measured in the run (its role start-up and every replacement
+    so far); set it where replacements start slower than the run's own roles did (e.g. pods pulling images)."""
 
 
 class LeakInjectionConfig(_Section):

@@ -23,6 +23,7 @@ from kilorl.algos import keys
 from kilorl.algos.api import BehaviourPolicy, EnvRunnerContext, State, StepContext
 from kilorl.core import Actor, ParameterStore, Rollout, RolloutInfo
 from kilorl.envs import make_vector_env
+from kilorl.envs.agent_columns import AgentColumns
 from kilorl.envs.normalization import Moments, normalize
 from kilorl.roles.heap import retain_freed_memory
 from kilorl.roles.policy_copy import COPY_IN_MAX_BYTES, PolicyCopy
@@ -51,25 +52,49 @@ class EnvRunner(Actor):
         env = cfg.env
         n = cfg.parallelism.envs_per_actor
         self.envs = make_vector_env(env.id, n, env.kwargs, env.max_episode_steps,
-                                    asynchronous=cfg.parallelism.vector_env == "subprocesses")
+                                    asynchronous=cfg.parallelism.vector_env == "subprocesses",
+                                    max_num_agents=env.max_num_agents,
+                                    policy_mapping=cfg.multi_agent.policy_mapping if cfg.multi_agent else None,
+                                    critic_state=bool(cfg.multi_agent and cfg.multi_agent.centralized_critic == "state"))
+        self.agents = self.envs if isinstance(self.envs, AgentColumns) else None
+        """The agent columns of a PettingZoo environment (None: a Gymnasium one)."""
+        if self.agents is not None:
+            self._check_agent_columns(self.agents, spec.alive_mask)
         obs_space, act_space = self.envs.single_observation_space, self.envs.single_action_space
         self.model = spec.load("model")(obs_space, act_space, cfg.model)
         self.model.eval()
         sync = cfg.sync
         self.copy = PolicyCopy(store, self.model, obs_space.shape, env.normalize_obs, env.normalize_reward,
                                mode=sync.mode, groups=sync.groups, max_staleness=sync.staleness(cfg.train.pipeline_depth))
-        self.context = EnvRunnerContext(index=index, num_env_runners=cfg.parallelism.actor, num_envs=n,
+        self.context = EnvRunnerContext(index=index, num_env_runners=cfg.parallelism.actor, num_envs=self.envs.num_envs,
                                         obs_space=obs_space, action_space=act_space, seed=seed,
                                         total_env_steps=cfg.train.total_env_steps, run_seed=cfg.train.seed,
                                         model_state=self._model_state if getattr(self.model, "recurrent", False) else None)
         self.policy: BehaviourPolicy = spec.load("policy")(cfg.algo, self.context)
         self.obs, _ = self.envs.reset(seed=seed)
-        self.state: State = self.policy.initial_state(n)
+        columns = self.envs.num_envs
+        self.state: State = self.policy.initial_state(columns)
         self.discount = cfg.algo.discount
-        self.discounted = np.zeros(n, np.float64)
-        self.ep_return = np.zeros(n, np.float64)
-        self.ep_length = np.zeros(n, np.int64)
+        self.discounted = np.zeros(columns, np.float64)
+        self.ep_return = np.zeros(columns, np.float64)
+        self.ep_length = np.zeros(columns, np.int64)
         self._check_extras()
+
+    def _check_agent_columns(self, agents: AgentColumns, alive_mask: bool) -> None:
+        """A PettingZoo environment needs an algorithm that masks dead columns, and a centralised
+        critic a policy input of exactly one agent's observation; else the envs close and a
+        ValueError names the field."""
+        cfg = self.cfg
+        problem = None
+        if not alive_mask:
+            problem = (f"env.id: {cfg.env.id!r} is a PettingZoo environment, and algo.name={cfg.algo.name!r} "
+                       "does not mask dead agent columns out of its losses")
+        elif agents.critic_state and cfg.model.actor_inputs != agents.agent_obs_dim:
+            problem = (f"model.actor_inputs={cfg.model.actor_inputs}: with multi_agent.centralized_critic: state "
+                       f"it must be one agent's observation size, {agents.agent_obs_dim}")
+        if problem is not None:
+            agents.close()
+            raise ValueError(problem)
 
     def _model_state(self, n: int) -> State:
         """The recurrent model's state for ``n`` fresh episodes, as numpy arrays."""
@@ -115,8 +140,11 @@ class EnvRunner(Actor):
         raw_returns = np.zeros((T, N), np.float64)
         episodes_r: list[float] = []
         episodes_l: list[int] = []
-        per_step = N * self.cfg.parallelism.actor
+        copies = self.agents.num_copies if self.agents is not None else N  # env steps per step of the vector
+        per_step = copies * self.cfg.parallelism.actor
         for t in range(T):
+            if self.agents is not None:
+                steps[keys.ALIVE][t] = self.agents.alive
             if raw_obs is not None:
                 raw_obs[t] = self.obs
             obs_in = self._observed(self.obs)
@@ -148,16 +176,33 @@ class EnvRunner(Actor):
                           state=start_state, env_steps_before=env_steps,
                           column_versions=np.full(N, self.version, np.int64))
         info_out = RolloutInfo(
-            actor=self.index, version=self.version, env_steps=T * N, episode_returns=episodes_r,
+            actor=self.index, version=self.version, env_steps=T * copies, episode_returns=episodes_r,
             episode_lengths=episodes_l, collect_s=time.perf_counter() - t0, wait_s=wait_s,
         )
+        if self.agents is not None:
+            self._agent_episodes(info_out)
         return rollout, info_out
+
+    def _agent_episodes(self, info: RolloutInfo) -> None:
+        """A multi-agent rollout's episodes are its copies' episodes: the sum of the agents'
+        returns (RLlib's convention), and each agent's own return in ``agent_returns``."""
+        assert self.agents is not None
+        episodes = self.agents.take_episodes()
+        info["episode_returns"] = [e.total for e in episodes]
+        info["episode_lengths"] = [e.length for e in episodes]
+        per_agent: dict[str, list[float]] = {}
+        for e in episodes:
+            for agent, ret in e.agent_returns.items():
+                per_agent.setdefault(agent, []).append(ret)
+        info["agent_returns"] = per_agent
 
     def _empty_steps(self, T: int, N: int) -> dict[str, np.ndarray]:
         space = self.envs.single_observation_space
         obs_dtype = np.float32 if self.cfg.env.normalize_obs else space.dtype
         act_space = self.envs.single_action_space
+        alive = {keys.ALIVE: np.zeros((T, N), bool)} if self.agents is not None else {}
         return {
+            **alive,
             keys.OBS: np.zeros((T, N, *space.shape), obs_dtype),
             keys.ACTIONS: np.zeros((T, N, *act_space.shape), np.int64 if self.model.discrete else np.float32),
             keys.REWARDS: np.zeros((T, N), np.float32),

@@ -20,7 +20,7 @@ from kilorl.algos import keys
 from kilorl.algos.api import AlgorithmLearner, LearnerContext
 from kilorl.comm import init_process_group
 from kilorl.core import CheckpointFiles, GradientComm, Learner, ParameterStore, Rollout
-from kilorl.envs import make_env
+from kilorl.envs import env_spaces as column_spaces
 from kilorl.roles.checkpoint_format import checkpoint_files
 from kilorl.roles.evaluation import EpisodeRunner
 from kilorl.roles.grad_comm import make_grad_comm
@@ -35,12 +35,9 @@ if TYPE_CHECKING:
 
 
 def env_spaces(cfg: Config) -> tuple[gym.Space, gym.Space]:
-    """Observation and action space of the run's environment (built once, then closed)."""
-    probe = make_env(cfg.env.id, cfg.env.kwargs, cfg.env.max_episode_steps)
-    try:
-        return probe.observation_space, probe.action_space
-    finally:
-        probe.close()
+    """Observation and action space of the run's environment (of one agent column for a PettingZoo one)."""
+    critic_state = cfg.multi_agent is not None and cfg.multi_agent.centralized_critic == "state"
+    return column_spaces(cfg.env.id, cfg.env.kwargs, cfg.env.max_episode_steps, critic_state)
 
 
 def learner_context(cfg: Config, obs_space: gym.Space, action_space: gym.Space, grad_comm: GradientComm,
@@ -79,7 +76,7 @@ def replay_storage(cfg: Config, store: Any) -> Any:
                          f"({type(store).__name__}); use backend: learner")
     from kilorl.roles.store_replay import store_replay_factory
 
-    return store_replay_factory(connect, section)
+    return store_replay_factory(connect, section, batch_size=getattr(cfg.algo, "batch_size", 1))
 
 
 class LearnerRole(Learner):

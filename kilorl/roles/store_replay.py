@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kilorl.algos.api import SAMPLE_WEIGHT
 from kilorl.store.client.replay_shards import ShardedTable
 from kilorl.store.replay.spec import make_spec
 
@@ -23,17 +24,46 @@ if TYPE_CHECKING:
 
 
 class StoreReplayStorage:
-    """``RingTable``'s calls on a table sharded over store workers; inserts go round robin."""
+    """``RingTable``'s calls on a table sharded over store workers; inserts go round robin.
 
-    def __init__(self, table: ShardedTable, clients: list[Any]) -> None:
-        self.table, self.clients = table, clients
+    With ``prioritized`` (the section's ``PrioritizedConfig``) a sample also carries each
+    row's importance weight (``SAMPLE_WEIGHT``, at the exponent ``progress`` reaches) and
+    ``update_priorities`` sets the last sample's priorities. With a rate limiter
+    ``sample_budget`` says how many rows may be sampled now."""
+
+    def __init__(self, table: ShardedTable, clients: list[Any], prioritized: Any = None) -> None:
+        self.table, self.clients, self.prioritized = table, clients, prioritized
         self.columns = {c.name: np.dtype(c.dtype) for c in table.spec.columns}
+        self.min_size_to_sample = table.spec.limiter.min_size_to_sample
+        self.stacked = bool(table.spec.stacked)
+        """Whether rows are frame stacks (an adder then inserts each env's steps consecutively)."""
+        self.progress = 0.0
+        """Share of the run's env steps done (the learner sets it): where ``beta`` stands."""
+        self._last: tuple[np.ndarray, np.ndarray] | None = None
 
     def insert(self, rows: Mapping[str, np.ndarray]) -> None:
         self.table.insert({k: np.asarray(v, self.columns[k]) for k, v in rows.items()})
 
     def sample(self, batch_size: int) -> dict[str, np.ndarray]:
-        return self.table.sample(batch_size).columns
+        batch = self.table.sample(batch_size)
+        if self.prioritized is None:
+            return batch.columns
+        self._last = (batch.shards if batch.shards is not None else np.zeros(batch.ids.size, np.int64), batch.ids)
+        beta = self.prioritized.beta_at(self.progress)
+        w = (batch.size * batch.probabilities) ** -beta
+        return {**batch.columns, SAMPLE_WEIGHT: (w / w.max()).astype(np.float32)}
+
+    def update_priorities(self, errors: np.ndarray) -> int:
+        """The last sample's rows get priority ``|error| + epsilon`` (one per row, in order)."""
+        if self.prioritized is None or self._last is None:
+            raise ValueError("update_priorities: needs a prioritized table and a sample drawn from it")
+        shards, ids = self._last
+        return self.table.update_priorities(shards, ids, np.abs(np.asarray(errors, np.float64))
+                                            + self.prioritized.epsilon)
+
+    def sample_budget(self) -> int | None:
+        """Rows the rate limiter admits now (None: no limiter)."""
+        return self.table.sample_budget()
 
     def __len__(self) -> int:
         return len(self.table)
@@ -82,16 +112,51 @@ def _identity(client: Any) -> tuple[Any, Any]:
     return client.info.get("host_id"), client.info.get("pid")
 
 
-def store_replay_factory(connect: Any, section: ReplayBufferConfig, run_id: str | None = None) -> Any:
-    """``LearnerContext.replay_storage`` for a run with a ``replay_buffer`` section."""
+def stacked_columns(section: ReplayBufferConfig, schema: Mapping[str, tuple[tuple[int, ...], Any]]) -> tuple[str, ...]:
+    """The columns ``replay_buffer.frame_stack`` applies to: rows of ``[frame_stack, frame...]``."""
+    k = section.frame_stack
+    if k is None:
+        return ()
+    names = tuple(n for n, (shape, _) in schema.items() if len(shape) >= 2 and shape[0] == k)
+    if not names:
+        raise ValueError(f"replay_buffer.frame_stack: {k}, but no column of the table holds [{k}, ...] stacks "
+                         f"({ {n: list(shape) for n, (shape, _) in schema.items()} }); stack the env's "
+                         "observations (FrameStackObservation) or remove the option")
+    return names
+
+
+def limiter_of(section: ReplayBufferConfig, batch_size: int) -> dict[str, Any]:
+    """The table's rate limiter. Its tolerance covers what a learner that samples whole batches
+    leaves owed (under ``batch_size + 1`` rows) plus one row's worth of inserts, so the learner,
+    inserting and sampling in one thread, is never refused on either side."""
+    spi = section.samples_per_insert
+    tolerance = None if spi is None else spi + batch_size + 1.0
+    return {"samples_per_insert": spi, "min_size_to_sample": section.min_size_to_sample or 1,
+            "tolerance": tolerance}
+
+
+def store_replay_factory(connect: Any, section: ReplayBufferConfig, run_id: str | None = None,
+                         batch_size: int = 1) -> Any:
+    """``LearnerContext.replay_storage`` for a run with a ``replay_buffer`` section;
+    ``batch_size``: the rows the algorithm samples per gradient step."""
     run = run_id or secrets.token_hex(4)
+    prio = section.prioritized
 
     def make(name: str, schema: Mapping[str, tuple[tuple[int, ...], Any]], capacity: int,
              seed: int) -> StoreReplayStorage:
+        stacked = stacked_columns(section, schema)
         clients = shard_clients(connect, section)
-        spec = make_spec(f"{run}/{name}", dict(schema), section.capacity or capacity,
-                         compression=section.compression, compression_level=section.compression_level,
-                         chunk_length=section.chunk_length, seed=seed)
-        return StoreReplayStorage(ShardedTable([c.replay_tables for c in clients], spec, seed=seed), clients)
+        try:
+            spec = make_spec(f"{run}/{name}", dict(schema), section.capacity or capacity,
+                             compression=section.compression, compression_level=section.compression_level,
+                             chunk_length=section.chunk_length, seed=seed, durable=section.durable, stacked=stacked,
+                             sampler="uniform" if prio is None else "prioritized",
+                             alpha=0.6 if prio is None else prio.alpha, limiter=limiter_of(section, batch_size))
+            table = ShardedTable([c.replay_tables for c in clients], spec, seed=seed)
+        except BaseException:
+            for c in clients:
+                c.close()
+            raise
+        return StoreReplayStorage(table, clients, prio)
 
     return make

@@ -6,7 +6,8 @@ batches: env steps are counted from delivered rollouts only), the handle is swap
 old actor killed. In place (no other node has room) the old process ends first, at once,
 whatever the data path is doing: its unfinished rollouts are dropped and collected again
 from the new one (``lost_rollouts``, as for a killed actor), so a fast leak never waits for
-the iteration to end.
+the iteration to end. The same happens on a move to another node when the leak's forecast puts
+the limit nearer than a replacement takes to start in this run (``Migrator.ends_first``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class Migrator(Protocol):
 
     def stop(self, record: MigrationRecord, outcome: str) -> None: ...
 
+    start_times: list[float]
+
 
 @dataclass
 class PendingActor:
@@ -53,8 +56,9 @@ class PendingActor:
     """Its ``ready()`` reference."""
     deadline: float
     seed: int
-    in_place: bool = False
-    """Restarted on its own node: the old actor has ended already, the new one is in the slot."""
+    ended_first: str | None = None
+    """The old actor has ended already and the new one is in the slot: the outcome once it serves
+    (``restarted_in_place`` on its own node, ``completed`` on another); None: the old one serves on."""
 
 
 class ActorMoves:
@@ -83,10 +87,13 @@ class ActorMoves:
         self.pending[i] = PendingActor(d, record, t0, new, new.ready.remote(), deadline, seed)
 
     def restart_in_place(self, d: MigrationDecision, record: MigrationRecord, t0: float,
-                         loop: DataPath, room: str) -> None:
-        """No other node has room: the old actor ends first (its bundle is the room), a fresh one
-        with a new seed starts in that bundle and takes its slot at once."""
+                         loop: DataPath, room: str, node_id: str | None = None,
+                         options: dict[str, Any] | None = None) -> None:
+        """The old actor ends first, a fresh one with a new seed takes its slot at once: in the old
+        one's bundle (no other node has room: that bundle is the room), or on ``node_id`` (its
+        limit is nearer than a replacement's start, so it cannot serve on until one does)."""
         import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         i, seed = d.rank, self._next_seed(d.rank)
         in_flight = loop.in_flight(i)
@@ -94,13 +101,16 @@ class ActorMoves:
         unfinished = len(in_flight) - len(finished)
         ray.kill(self.m.roles.actors[i])
         record.old_ended_s = time.monotonic() - t0
-        new = self.m.roles.spawn_actor(i, seed, self.m.bundle("actor", i), replacement=True)
+        where = (self.m.bundle("actor", i) if node_id is None
+                 else {**(options or {}), "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)})
+        new = self.m.roles.spawn_actor(i, seed, where, replacement=True)
         self.m.roles.actors[i] = new  # the loop collects the dropped rollouts again from the new handle
         self.m.forget_role("actor", i)
         record.detail = (f"{room}the old process ended first, {unfinished} unfinished rollout(s) of it dropped "
                          f"and collected again; replacement seed {seed}")
         deadline = time.monotonic() + self.m.config.migration.ready_timeout_s
-        self.pending[i] = PendingActor(d, record, t0, new, new.ready.remote(), deadline, seed, in_place=True)
+        outcome = IN_PLACE if node_id is None else "completed"
+        self.pending[i] = PendingActor(d, record, t0, new, new.ready.remote(), deadline, seed, ended_first=outcome)
 
     def advance(self, loop: DataPath) -> None:
         """Swaps in every replacement that serves; fails those past their deadline."""
@@ -111,7 +121,7 @@ class ActorMoves:
             if not done and time.monotonic() < pm.deadline:
                 continue
             del self.pending[i]
-            if pm.in_place:
+            if pm.ended_first is not None:
                 self._advance_in_place(pm, done)
                 continue
             try:
@@ -129,13 +139,14 @@ class ActorMoves:
                 self.m.forget_role("actor", i)
                 ray.kill(old)
                 pm.record.outcome, pm.record.serving_s = "completed", time.monotonic() - pm.t0
+                self.m.start_times.append(pm.record.serving_s)
                 pm.record.detail = (f"replacement seed {pm.seed}, started while the old actor trained on; "
                                     f"{len(in_flight)} rollout(s) in flight kept")
             self.m.log.event(pm.decision.role, pm.decision.rank, pm.record.outcome)
             self.m.log.finish(pm.record)
 
     def _advance_in_place(self, pm: PendingActor, done: list[Any]) -> None:
-        """An actor restarted in place serves, or the run stops: its old process is gone already."""
+        """An actor whose old process ended first serves, or the run stops: no actor serves its slot."""
         import ray
 
         try:
@@ -147,8 +158,9 @@ class ActorMoves:
             pm.record.detail += f"; the replacement failed: {type(err).__name__}: {err}"
             self.m.stop(pm.record, "failed")
             return
-        pm.record.outcome, pm.record.serving_s = IN_PLACE, time.monotonic() - pm.t0
-        self.m.log.event(pm.decision.role, pm.decision.rank, IN_PLACE)
+        pm.record.outcome, pm.record.serving_s = pm.ended_first, time.monotonic() - pm.t0
+        self.m.start_times.append(pm.record.serving_s)
+        self.m.log.event(pm.decision.role, pm.decision.rank, pm.record.outcome)
         self.m.log.finish(pm.record)
 
     def close(self) -> None:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from kilorl.config import Config
 from kilorl.trainer.ray_auth import use_token_auth
+from kilorl.trainer.ray_start import init_embedded_ray
 
 ROLE_MODULES = ("kilorl.roles.prestart",)
 """What an embedded Ray's prestarted workers import before they take work (Ray's
@@ -200,9 +201,10 @@ class Cluster:
             if memory_needed > _default_memory():
                 kwargs["_memory"] = int(memory_needed)
             kwargs["_system_config"] = {"preload_python_modules": list(ROLE_MODULES), **EMBEDDED_RAY_CONFIG}
+            init_embedded_ray(**kwargs)
         else:
             kwargs["address"] = self.address
-        ray.init(**kwargs)
+            ray.init(**kwargs)
         try:
             self._check_expectations()
         except ClusterError:

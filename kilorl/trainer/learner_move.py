@@ -47,10 +47,11 @@ class LearnerGroupLost(RuntimeError):
 
 
 def move_learner(m: Migrator, d: MigrationDecision, loop: DataPath, node_id: str | None,
-                 options: dict[str, Any], ended: Callable[[], None] = lambda: None) -> str:
+                 options: dict[str, Any], ended: Callable[[], None] = lambda: None, end_first: bool = False) -> str:
     """Restarts learner ``d.rank`` from a fresh checkpoint on ``node_id`` (None: in place, in its
     own bundle), the whole group when there are several; returns the record's detail.
-    ``ended`` is called once the old process has ended."""
+    ``ended`` is called once the old process has ended; ``end_first``: it ends right after the
+    checkpoint even on a move to another node (its limit is nearer than the replacement's start)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -64,7 +65,7 @@ def move_learner(m: Migrator, d: MigrationDecision, loop: DataPath, node_id: str
     before = ray.get(digest, timeout=timeout)
     took = time.monotonic() - t0
     in_place, gang = node_id is None, len(olds) > 1
-    ends_first = gang or in_place
+    ends_first = gang or in_place or end_first
     if ends_first:  # the old processes' bundles are where the new ones start: free them first, and at
         for h in olds:  # once: reading the checkpoint back imports torch here, seconds a fast leak does not have
             ray.kill(h)
@@ -95,6 +96,7 @@ def move_learner(m: Migrator, d: MigrationDecision, loop: DataPath, node_id: str
         ray.kill(olds[0])
         ended()
     group = f"; all {len(olds)} learners restarted (the process group re-formed)" if gang else ""
-    where = "; the old process ended first, the new one started in its bundle" if in_place else ""
+    where = ("; the old process ended first, the new one started in its bundle" if in_place
+             else "; the old process ended first" if end_first else "")
     return (f"resumed from {path.name} at version {loop.iteration} (weights digest {before:.6g}, checkpoint "
             f"taken in {took:.1f} s){group}{where}")

@@ -18,6 +18,10 @@ only while no learner update is in flight (a decision taken during one waits for
   swapped in, and the old one is killed. With several learners the process group must
   re-form, so the whole group restarts from that checkpoint (the old group ended first, the
   other ranks in their own bundles); if it cannot, the run stops on that checkpoint;
+* either of the two, when the forecast puts the limit nearer than a replacement takes to
+  start in this run (``Migrator.ends_first``: the session's role start-up and every
+  replacement so far, measured at the machine's load): the old process ends first, as in
+  place below, and the replacement starts on the other node; outcome ``completed``;
 * a store worker (not the head's, which hosts the mesh's metastore): it leaves the mesh
   gracefully, handing its records and objects to the other workers (their nodes have the
   room: the suspect node is the one left), and ends; the roles of its node fail over to
@@ -85,6 +89,8 @@ class Migrator:
         self._next_round = 0.0
         self._loop: DataPath | None = None
         """The data path of the last round (what a round inside a learner's restart works on)."""
+        self.start_times: list[float] = []
+        """Decision -> serving seconds of every replacement that served (``start_estimate_s``)."""
         self._deferred: list[tuple[MigrationDecision, float]] = []
         """Learner and store decisions taken while an update was in flight: carried out after it."""
 
@@ -210,6 +216,8 @@ class Migrator:
             if d.role == "actor":
                 if target is None:
                     self.actors.restart_in_place(d, record, t0, loop, room)
+                elif self.ends_first(d):
+                    self.actors.restart_in_place(d, record, t0, loop, self._near_limit(d) + ": ", target, options)
                 else:
                     self.actors.start(d, record, t0, target, options)
                 return
@@ -217,7 +225,9 @@ class Migrator:
                 def ended() -> None:
                     record.old_ended_s = time.monotonic() - t0
 
-                detail = room + move_learner(self, d, loop, target, options, ended)
+                first = target is not None and self.ends_first(d)
+                detail = room + move_learner(self, d, loop, target, options, ended, end_first=first)
+                detail += f" ({self._near_limit(d)})" if first else ""
             except LearnerGroupLost as err:
                 record.detail = room + str(err)
                 self._lost(record, err.checkpoint)
@@ -227,10 +237,28 @@ class Migrator:
             else:
                 record.outcome = "completed" if target is not None else IN_PLACE
                 record.detail, record.serving_s = detail, time.monotonic() - t0
+                self.start_times.append(record.serving_s)
         if record.outcome not in ("completed", IN_PLACE):
             self.policy.forget(d.role, d.rank)
         self.log.event(d.role, d.rank, record.outcome)
         self.log.finish(record)
+
+    def start_estimate_s(self) -> float:
+        """How long a replacement takes to serve: ``migration.replacement_start_s``, or as measured in
+        this run at the machine's load (the longest of the session's role start-up and every
+        replacement that served so far)."""
+        given = self.config.migration.replacement_start_s
+        return given if given is not None else max([self.roles.times.spawn_s, *self.start_times])
+
+    def ends_first(self, d: MigrationDecision) -> bool:
+        """A move to another node keeps the old role serving until its replacement does, unless the
+        forecast puts the limit nearer than a replacement's start: then the old process ends first
+        (an actor's unfinished rollouts dropped and counted, a learner from its fresh checkpoint)."""
+        return d.time_to_limit_s <= self.start_estimate_s()
+
+    def _near_limit(self, d: MigrationDecision) -> str:
+        return (f"limit in {d.time_to_limit_s:.0f} s, nearer than a replacement's start here "
+                f"({self.start_estimate_s():.0f} s)")
 
     def _carry_out_store(self, d: MigrationDecision, record: MigrationRecord, t0: float) -> None:
         """A store worker hands its objects to the other workers and leaves (see the module docstring)."""

@@ -20,6 +20,8 @@ class Reporter:
                  startup: dict[str, float]) -> None:
         self.cfg, self.metrics = cfg, metrics
         self.returns: deque[float] = deque(meta.get("recent_returns", []), maxlen=cfg.logging.return_window)
+        self.agent_returns: dict[str, deque[float]] = {}
+        """Multi-agent environments: each agent's recent returns (rows' ``agent_return_mean/<agent>``)."""
         self.episodes = int(meta.get("episodes", 0))
         self.wall_offset = float(meta.get("wall_time", 0.0))
         self.t_start = t_start
@@ -45,6 +47,8 @@ class Reporter:
         for info in it.infos:
             self.returns.extend(info["episode_returns"])
             self.episodes += len(info["episode_returns"])
+            for agent, returns in info.get("agent_returns", {}).items():
+                self.agent_returns.setdefault(agent, deque(maxlen=self.cfg.logging.return_window)).extend(returns)
         solved = self.solved()
         now = time.time()
         if now - self.last_t >= self.cfg.logging.report_every_s or it.last or solved or "eval_return_mean" in it.stats:
@@ -66,6 +70,8 @@ class Reporter:
         }
         if self.returns:
             row["episode_return_mean"] = self.return_mean
+        for agent, returns in self.agent_returns.items():
+            row[f"agent_return_mean/{agent}"] = float(np.mean(returns))
         return row
 
     def checkpoint_meta(self, env_steps: int, iteration: int) -> dict[str, Any]:

@@ -105,27 +105,29 @@ def test_fgd_paper_takes_the_lowest_index_device_among_equal_quantised_scores():
     assert PodScheduler(state.copy(), "fgd", wl).try_place(TracePod("p", d, 0.0, None)).gpus == (1,)
 
 
-@needs_data
-def test_fgd_paper_reproduces_the_published_fgd_on_default_at_100_percent_arrived():
-    topo = read_nodes(DATA / "openb_node_list_gpu_node.csv")
-    trace = read_pods(DATA / "openb_pod_list_default.csv")
-    published = read_published(DATA / "fgd_published_allocation.csv")[("default", PUBLISHED_NAMES["fgd-paper"])]
-    ours = [simulate(topo, trace, "fgd-paper", seed=s).curve[100] for s in (42, 43)]
-    # Published: 95.23% (std 0.11 over 10 seeds); two of our seeds, so a wider band than the 10-seed check.
-    assert published[:, 100].mean() == pytest.approx(95.23, abs=0.01)
-    assert np.mean(ours) == pytest.approx(published[:, 100].mean(), abs=0.5)
+SHORT_SEEDS = (42, 43)
+"""Seeds of the short check; the ten published seeds 42-51 run as a benchmark (docs/benchmarks.md, issue 36)."""
 
 
 @needs_data
-@pytest.mark.slow
-@pytest.mark.parametrize(("policy", "tol100"), [("fgd-paper", 0.3), ("bestfit", 0.5), ("dotprod", 0.5)])
-def test_ten_seeds_reproduce_the_published_curve_on_default(policy, tol100):
+@pytest.mark.parametrize(("policy", "tol"), [("fgd-paper", 0.3), ("bestfit", 0.5), ("dotprod", 0.5)])
+def test_the_paper_baselines_reproduce_the_published_curve_on_default(policy, tol):
+    """Two seeds of ``default`` at 100% and 130% arrived, against the mean of the ten published seeds.
+
+    The published runs' spread over seeds is 0.10 (FGD) to 0.18 points (DotProd), so the
+    mean of two seeds sits within 0.3 / 0.5 of theirs; a policy that scores differently
+    does not: with ``scoring.paper_score`` broken to exact gradients (FGD without the
+    artifact's quantised scores) ``fgd-paper`` averages 94.24% at 100% on these two seeds,
+    1.0 point below the published 95.23%, and this test fails.
+    """
     topo = read_nodes(DATA / "openb_node_list_gpu_node.csv")
     trace = read_pods(DATA / "openb_pod_list_default.csv")
     published = read_published(DATA / "fgd_published_allocation.csv")[("default", PUBLISHED_NAMES[policy])]
-    curves = np.array([simulate(topo, trace, policy, seed=s).curve for s in range(42, 52)])
-    assert curves[:, 100].mean() == pytest.approx(published[:, 100].mean(), abs=tol100)
-    assert curves[:, 130].mean() == pytest.approx(published[:, 130].mean(), abs=0.5)
+    if policy == "fgd-paper":  # the published file read right: the paper's 95.23% at 100% arrived
+        assert published[:, 100].mean() == pytest.approx(95.23, abs=0.01)
+    curves = np.array([simulate(topo, trace, policy, seed=s).curve for s in SHORT_SEEDS])
+    assert curves[:, 100].mean() == pytest.approx(published[:, 100].mean(), abs=tol)
+    assert curves[:, 130].mean() == pytest.approx(published[:, 130].mean(), abs=tol)
 
 
 def test_binpack_topo_weighs_each_type_by_the_gpu_share_it_asks():

@@ -40,3 +40,87 @@ def test_dqn_transitions_on_a_store_table_are_the_adders_rows_bit_for_bit(store_
     got = keyed(table.sample(2000))
     assert set(got) == want  # every row drawn, and nothing else
     table.table.close()
+
+
+def _dqn_learner(store_worker, replay_buffer: dict, total_env_steps: int = 4800):
+    import types
+
+    import gymnasium as gym
+
+    from kilorl.roles.grad_comm import AllReduceComm
+    from kilorl.roles.learner import build_algorithm
+    from tests.conftest import tiny_config
+
+    cfg = tiny_config(env={"id": "CartPole-v1"}, sync={"mode": "async"},
+                      algo={"name": "dqn", "batch_size": 32, "learning_starts": 0, "buffer_size": 4000},
+                      model={"hidden_sizes": [16]}, train={"total_env_steps": total_env_steps},
+                      replay_buffer=replay_buffer)
+    spaces = (gym.spaces.Box(-np.inf, np.inf, (16,), np.float32), gym.spaces.Discrete(2))
+    store = types.SimpleNamespace(connect=lambda: store_worker.client())
+    learner = build_algorithm(cfg, AllReduceComm(1), spaces, store=store)
+    return learner, learner.make_replay_table()
+
+
+def test_dqn_takes_the_gradient_steps_the_rate_limiter_allows_and_sends_back_priorities(store_worker):
+    """``samples_per_insert: 1`` with batches of 32: 1/32 gradient step per row inserted
+    past ``min_size_to_sample``, whatever ``train_freq`` says; the table counts exactly the
+    rows sampled, nobody waits, and the TD errors become the rows' priorities."""
+    learner, table = _dqn_learner(store_worker, {"samples_per_insert": 1, "min_size_to_sample": 100,
+                                                 "prioritized": {"alpha": 1.0}, "compression": "zstd"})
+    steps, env_steps = [], 0
+    for i in range(10):
+        r = rollout(i)  # 48 rows
+        table.add(r)
+        env_steps += 48
+        steps.append(learner.update(table, env_steps)["gradient_steps"])
+    owed = 1 * (480 - 100)
+    assert sum(steps) == owed // 32 and steps[:2] == [0, 0]  # 96 rows < 100: nothing sampled yet
+    info = table.table.table.info()
+    assert info["sampled_rows"] == 32 * sum(steps) and info["inserted_rows"] == 480
+    assert info["blocked_sample_s"] == 0 and info["blocked_insert_s"] == 0
+    prio_total = info["shards"][0]["priority_total"]
+    assert prio_total != 480.0  # new rows enter at priority 1 (alpha 1): sampled ones now carry |TD error|
+    rows = table.sample(256)
+    w = rows["weight"]
+    assert w.shape == (256,) and w.dtype == np.float32 and w.max() == 1.0 and np.all(w > 0)
+    table.table.close()
+
+
+def test_dqn_frame_stacks_on_a_store_table_are_single_frames_and_sample_bit_exact(store_worker):
+    """``frame_stack: 4``: observations are stacks of an env's last 4 frames; the table keeps
+    about one frame per row for ``obs`` and ``next_obs`` each, and every sampled row is the
+    adder's n-step transition byte for byte (terminations and the rollout's end included)."""
+    T, N, k = 16, 2, 4
+    rng = np.random.default_rng(4)
+    frames = rng.integers(0, 255, (T + k, N, 8, 8), dtype=np.uint8)  # k - 1 frames before the rollout, s_T after
+    stack = np.stack([frames[t:t + k] for t in range(T + 1)])  # [T + 1, k, N, 8, 8]
+    stack = stack.transpose(0, 2, 1, 3, 4)  # [T + 1, N, k, 8, 8]
+    steps = {"obs": stack[:T], "actions": rng.integers(0, 2, (T, N)), "rewards": rng.normal(size=(T, N)).astype(np.float32),
+             "terminated": rng.random((T, N)) < 0.1, "truncated": np.zeros((T, N), bool)}
+    r = Rollout(steps=steps, last={"obs": stack[T]})
+    section = ReplayBufferConfig(frame_stack=k, compression="zstd", chunk_length=16)
+    make = store_replay_factory(lambda: store_worker.client(), section, run_id="fs")
+    table = TransitionTable(1000, (k, 8, 8), np.uint8, gamma=0.9, n_step=3, seed=0, storage=make)
+    table.add(r)
+    expected = nstep_transitions(r, 0.9, 3)
+    stats = table.stats()
+    assert len(table) == T * N and stats["replay_compression_ratio"] > 2.5, stats  # not 4 frames a row
+    got = table.sample(500)
+    keyed = {(expected["obs"][i].tobytes(), expected["next_obs"][i].tobytes()): i for i in range(T * N)}
+    assert len(keyed) == T * N  # every row told apart by its stacks
+    for j in range(500):
+        i = keyed[(got["obs"][j].tobytes(), got["next_obs"][j].tobytes())]
+        assert got["reward"][j] == expected["reward"][i] and got["discount"][j] == expected["discount"][i]
+        assert got["action"][j] == expected["action"][i]
+    table.table.close()
+
+
+def test_frame_stack_without_stacked_observations_is_an_error_naming_the_field():
+    import pytest
+
+    from kilorl.roles.store_replay import stacked_columns
+
+    schema = {"obs": ((16,), np.float32), "action": ((), np.int64)}
+    with pytest.raises(ValueError, match=r"replay_buffer\.frame_stack: 4, but no column .* \[4, \.\.\.\] stacks"):
+        stacked_columns(ReplayBufferConfig(frame_stack=4), schema)
+    assert stacked_columns(ReplayBufferConfig(frame_stack=4), {**schema, "obs": ((4, 84, 84), np.uint8)}) == ("obs",)

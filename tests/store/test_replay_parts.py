@@ -72,3 +72,18 @@ def test_spec_errors_name_the_field():
         TableSpec.from_wire({"name": "t", "capacity": 4, "columns": [{"name": "x", "shape": [], "dtype": "object"}]})
     spec = make_spec("t", {"x": ((3,), np.float32)}, 10, sampler="prioritized")
     assert TableSpec.from_wire(spec.to_wire()) == spec
+
+
+def test_frame_stacks_round_trip_through_their_distinct_frames():
+    from kilorl.store.replay.codec import decode_stacks, encode_stacks
+
+    frames = np.random.default_rng(1).integers(0, 255, (10, 6, 5), dtype=np.uint8)
+    start = np.where(np.arange(10) < 5, 0, 5)  # two episodes; a first stack repeats its first frame
+    stacks = np.stack([frames[np.maximum(np.arange(t - 2, t + 1), start[t])] for t in range(10)])  # k=3
+    blob = encode_stacks(stacks, "none")
+    assert len(blob) == 10 * 3 * 4 + (3 + 4 + 3 + 4) * 30  # indices; per episode 3 frames, then 1 per row
+    assert np.array_equal(decode_stacks(blob, "none", 10, 3, (6, 5), np.uint8), stacks)
+    bad = bytearray(blob)
+    bad[:4] = (10**6).to_bytes(4, "little")  # an index past the frames
+    with pytest.raises(ValueError):
+        decode_stacks(bytes(bad), "none", 10, 3, (6, 5), np.uint8)

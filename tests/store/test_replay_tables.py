@@ -19,6 +19,27 @@ CALL_TIMEOUT_S = 30.0
 """A blocked call's deadline: far above any wait the rate limiter should impose."""
 
 
+@pytest.fixture(scope="module")
+def shared_worker(tmp_path_factory):
+    """One worker for the tests that neither stop it nor depend on its other tables (each
+    makes tables of its own names): a worker start is seconds on a loaded machine."""
+    from store_helpers import WorkerProcess
+
+    w = WorkerProcess(tmp_path_factory.mktemp("replay"), "--shm-size", "16MiB", name="shared").start()
+    yield w
+    if w.alive():
+        w.proc.kill()
+        w.proc.wait(10)
+    w.remove_arena()
+
+
+@pytest.fixture
+def shared_client(shared_worker):
+    c = shared_worker.client()
+    yield c
+    c.close()
+
+
 def rows(start: int, n: int, rng: np.random.Generator | None = None) -> dict[str, np.ndarray]:
     """``n`` rows whose values encode their insert position (``obs[:, 0]``) plus noise."""
     rng = rng or np.random.default_rng(start)
@@ -211,3 +232,114 @@ def test_a_table_sharded_over_two_workers_of_a_mesh(cluster_of):
     table.close()
     ca.close()
     cb.close()
+
+
+def test_a_table_larger_than_the_workers_memory_is_refused_naming_both_numbers(shared_client):
+    t = shared_client.replay_tables
+    huge = make_spec("huge", ROW, 10**12)  # 76 bytes per row: 76 TB
+    with pytest.raises(InvalidRequest, match=r"'huge': capacity 1000000000000 x 76 bytes per row = .* does not fit "
+                                             r"this worker's memory \(.* available.*disk tier \(0\.00 GiB"):
+        t.create(huge)
+    assert t.create(make_spec("small", ROW, 100))  # refused by name, the worker serves on
+    t.insert("small", rows(0, 10))
+    assert t.info("small")["rows"] == 10
+
+
+def test_a_rate_limited_table_over_two_workers_gives_one_thread_its_budget_and_never_refuses_it(workers):
+    """One thread (a learner) inserts rollouts and samples whole batches of what the limiters
+    owe it: every call is admitted at once (``timeout=0``) on both shards, and the sampled
+    rows track ``samples_per_insert`` x rows inserted past ``min_size_to_sample``. Random
+    shares of a batch would drift a shard's count out of its tolerance and be refused."""
+    a, b = workers("--shm-size", "16MiB"), workers("--shm-size", "16MiB")
+    ca, cb = a.client(), b.client()
+    spi, batch, min_size = 4.0, 32, 64
+    spec = make_spec("lim", ROW, 10_000, limiter={"samples_per_insert": spi, "min_size_to_sample": min_size,
+                                                  "tolerance": spi + batch + 1})
+    table = ShardedTable([ca.replay_tables, cb.replay_tables], spec, seed=2)
+    rng = np.random.default_rng(3)
+    inserted = sampled = 0
+    for _ in range(150):
+        n = int(rng.integers(8, 40))
+        table.insert(rows(inserted, n, rng), timeout=0)
+        inserted += n
+        steps = table.sample_budget() // batch
+        if steps:
+            assert table.sample(steps * batch, timeout=0).ids.size == steps * batch
+            sampled += steps * batch
+    info = table.info()
+    assert info["inserted_rows"] == inserted and info["sampled_rows"] == sampled
+    owed = spi * (inserted - min_size)  # each shard's min_size_to_sample is half the table's
+    assert owed - batch - 2 <= sampled <= owed + 2, (sampled, owed)
+    assert info["blocked_insert_s"] == 0 and info["blocked_sample_s"] == 0
+    table.close()
+    ca.close()
+    cb.close()
+
+
+def test_an_insert_repeated_after_a_reconnect_stores_its_rows_once(shared_worker, shared_client):
+    """An insert waits in the rate limiter; its connection breaks; the client reconnects and
+    sends the same insert again, so the worker holds two of it. Once a sample admits inserts,
+    one stores the rows and the other is recognised by its key: the rows are there once."""
+    import socket
+
+    client = shared_client
+    t = client.replay_tables
+    t.create(make_spec("once", ROW, 1000, limiter={"samples_per_insert": 1.0, "min_size_to_sample": 10,
+                                                   "tolerance": 1.0}))
+    t.insert("once", rows(0, 10))
+    t.insert("once", rows(10, 5))  # the count is now 4 past its band: the next insert waits
+    other = shared_worker.client()
+
+    def until(field: str, value: int) -> dict:
+        deadline = time.monotonic() + CALL_TIMEOUT_S
+        while (info := other.replay_tables.info("once"))[field] != value:
+            assert time.monotonic() < deadline, info
+            time.sleep(0.01)
+        return info
+
+    result: dict[str, int] = {}
+    th = threading.Thread(target=lambda: result.update(first=t.insert("once", rows(15, 10), key="retry-me",
+                                                                      timeout=CALL_TIMEOUT_S)))
+    th.start()
+    until("waiting_inserts", 1)
+    client._fs.sock.shutdown(socket.SHUT_RDWR)  # the reply can never come: the client sends it again
+    until("waiting_inserts", 2)
+    other.replay_tables.sample("once", 8, timeout=CALL_TIMEOUT_S)  # admits inserts again
+    th.join(CALL_TIMEOUT_S)
+    assert not th.is_alive() and result["first"] == 15
+    other.replay_tables.sample("once", 16, timeout=CALL_TIMEOUT_S)  # would admit a copy still waiting
+    info = until("waiting_inserts", 0)
+    assert (info["inserted_rows"], info["insert_calls"], info["repeated_inserts"]) == (25, 3, 1), info
+    other.close()
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+def test_frame_stacks_are_stored_as_single_frames_and_rebuilt_bit_exact(shared_client, compression):
+    """Rows are stacks of the last 4 frames (an episode's first stack repeats its first frame,
+    as Gymnasium's FrameStackObservation pads); each env's steps are consecutive rows. The
+    table keeps each distinct frame of a chunk once, and every sampled stack is the inserted
+    one, byte for byte, across episode, env and chunk boundaries."""
+    k, T, envs = 4, 40, 3
+    rng = np.random.default_rng(11)
+    stacks = []
+    for _ in range(envs):
+        frames = rng.integers(0, 255, (T, 84, 84), dtype=np.uint8)
+        starts = np.r_[0, np.flatnonzero(rng.random(T - 1) < 0.1) + 1]
+        episode_start = starts[np.searchsorted(starts, np.arange(T), side="right") - 1]
+        for t in range(T):
+            back = np.maximum(np.arange(t - k + 1, t + 1), episode_start[t])
+            stacks.append(frames[back])
+    stacks = np.stack(stacks)
+    name = f"stk-{compression}"
+    spec = make_spec(name, {"obs": ((k, 84, 84), np.uint8), "action": ((), np.int64)}, 1000,
+                     compression=compression, chunk_length=16, stacked=("obs",))
+    t = shared_client.replay_tables
+    t.create(spec)
+    t.insert(name, {"obs": stacks, "action": np.arange(len(stacks))})
+    info = t.info(name)
+    assert info["rows"] == envs * T and info["compression_ratio"] > 2.5, info  # ~1 frame per row, not 4
+    s = t.sample(name, 2000)
+    assert s.columns["obs"].shape == (2000, k, 84, 84)
+    assert np.array_equal(s.columns["action"], s.ids)
+    for i, rid in enumerate(s.ids.tolist()):
+        assert s.columns["obs"][i].tobytes() == stacks[rid].tobytes()

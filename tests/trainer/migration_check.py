@@ -6,7 +6,9 @@ roles leaking host memory (``monitor.inject_leaks``); the driver moves each away
 * default: actor 0 and learner 0 leak; each moves to the other node;
 * ``--learners 2``: two learners, only learner 0 leaks; moving it restarts the group;
 * ``--store``: the store worker of rank 1 (one per Ray node, the head's is 0) leaks; it
-  hands its objects to the other workers and leaves.
+  hands its objects to the other workers and leaves;
+* ``--end-first``: as the default, with ``migration.replacement_start_s`` far above any time to
+  the limit, so each old process ends before its replacement on the other node starts.
 
 Prints one JSON line: the run's result, the migration records and the metrics rows.
 """
@@ -38,9 +40,13 @@ def leaks(learners: int, store: bool) -> list[dict]:
     return out
 
 
-def main(run_dir: Path, learners: int = 1, store: bool = False) -> None:
+def main(run_dir: Path, learners: int = 1, store: bool = False, end_first: bool = False) -> None:
     with named_raylets() as cluster:
         cfg = migration_config(leaks(learners, store), (80 if store else BATCHES) * 256, learners=learners)
+        if end_first:
+            mon = cfg.monitor
+            cfg = cfg.model_copy(update={"monitor": mon.model_copy(update={
+                "migration": mon.migration.model_copy(update={"replacement_start_s": 1e6})})})
         cfg = cfg.model_copy(update={"env": cfg.env.model_copy(update={
             "id": "tests.trainer.broken_env:SlowCartPole", "kwargs": {"step_s": STEP_S}})})
         result = Trainer(cfg, run_dir, cluster=Cluster(address=cluster.address)).fit()
@@ -56,5 +62,7 @@ if __name__ == "__main__":
     ap.add_argument("run_dir", nargs="?", type=Path)
     ap.add_argument("--learners", type=int, default=1)
     ap.add_argument("--store", action="store_true")
+    ap.add_argument("--end-first", action="store_true")
     args = ap.parse_args()
-    main(args.run_dir or Path(tempfile.mkdtemp()) / "run", learners=args.learners, store=args.store)
+    main(args.run_dir or Path(tempfile.mkdtemp()) / "run", learners=args.learners, store=args.store,
+         end_first=args.end_first)

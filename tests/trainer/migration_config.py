@@ -21,7 +21,7 @@ def migration_config(leaks: list[dict[str, Any]], total_env_steps: int, actors: 
         monitor={"prometheus": {"enabled": True, "port": 0, "push_interval_s": 0.25},
                  # warm-up past the first allocations (imports come before the reporter); a 6 s window; two agreeing verdicts
                  "leak": {"warmup_s": 4.0, "window_s": 6.0, "min_samples": 8, "confirmations": 2},
-                 "migration": {"migrate_before_s": 600.0, "cooldown_s": 600.0, "ready_timeout_s": 90.0},
+                 "migration": {"migrate_before_s": 600.0, "cooldown_s": 600.0, "ready_timeout_s": 300.0},
                  "memory_budget_bytes": {"actor": BUDGET_BYTES, "learner": BUDGET_BYTES, "store": BUDGET_BYTES},
                  "inject_leaks": leaks},
     )

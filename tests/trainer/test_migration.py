@@ -133,6 +133,26 @@ def test_two_raylets_a_leaking_actor_and_learner_move_to_the_other_node_and_the_
 
 
 @pytest.mark.slow
+def test_two_raylets_roles_whose_limit_is_nearer_than_a_replacements_start_end_first_and_move():
+    out = subprocess.run([sys.executable, "-m", "tests.trainer.migration_check", "--end-first"], capture_output=True,
+                         text=True, timeout=480, cwd=REPO, env={**os.environ, "RAY_ADDRESS": ""})
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["stopped"] is None
+    assert r["env_steps"] == r["total_env_steps"] == r["rows"][-1]["iteration"] * r["batch"]  # exact accounting
+    done = {rec["role"]: rec for rec in r["records"] if rec["outcome"] == "completed"}
+    assert sorted(done) == ["actor", "learner"] and len(r["records"]) == 2
+    for rec in done.values():
+        assert rec["from_node"] != rec["to_node"] and rec["to_node"] in r["nodes"]
+        assert rec["level_bytes"] < rec["limit_bytes"]
+        # the old process ended before its replacement served (not after, as when it serves on)
+        assert rec["old_ended_s"] is not None and rec["old_ended_s"] < rec["serving_s"]
+        assert "nearer than a replacement's start" in rec["detail"]
+    assert "unfinished rollout(s) of it dropped" in done["actor"]["detail"]
+    assert done["learner"]["detail"].startswith("resumed from step_") and "ended first" in done["learner"]["detail"]
+
+
+@pytest.mark.slow
 def test_one_node_a_leaking_durable_store_worker_restarts_in_place_from_l2_and_the_run_finishes_exactly(
         ray_local, tmp_path):
     # without sync.durable the same leak stops the run (no_room): tests/trainer/test_early_stop.py

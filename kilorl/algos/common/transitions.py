@@ -16,11 +16,12 @@ from typing import Any
 import numpy as np
 
 from kilorl.algos import keys
-from kilorl.algos.api import ReplaySource, ReplayStorage, ReplayStorageFactory
+from kilorl.algos.api import SAMPLE_WEIGHT, ReplaySource, ReplayStorage, ReplayStorageFactory
 from kilorl.algos.common.replay_table import RingTable
 from kilorl.core import Rollout
 
 COLUMNS = ("obs", "action", "reward", "next_obs", "discount")
+WEIGHT = SAMPLE_WEIGHT
 REPLAY_PREFIX = "replay/"
 """Prefix of a learner-held table's columns among a checkpoint's named tensors."""
 
@@ -63,8 +64,7 @@ def nstep_transitions(rollout: Rollout, gamma: float, n_step: int) -> dict[str, 
 
 class TransitionTable(ReplaySource):
     """A table of n-step transitions (a ``RingTable`` here, or ``storage``'s, e.g. in the
-    store workers); ``add`` is the adder. Actions are a discrete index by default (DQN) or
-    ``action_shape`` floats (SAC's squashed actions)."""
+    store workers); ``add`` is the adder."""
 
     def __init__(self, capacity: int, obs_shape: tuple[int, ...], obs_dtype: np.dtype, gamma: float,
                  n_step: int, seed: int, storage: ReplayStorageFactory | None = None, name: str = "dqn",
@@ -77,14 +77,44 @@ class TransitionTable(ReplaySource):
         self.inserted_env_steps = 0
 
     def add(self, rollout: Rollout) -> None:
-        self.table.insert(nstep_transitions(rollout, self.gamma, self.n_step))
+        rows = nstep_transitions(rollout, self.gamma, self.n_step)
+        if getattr(self.table, "stacked", False):  # each env's steps consecutive: their stacks overlap
+            T, N = rollout.steps[keys.REWARDS].shape
+            order = np.arange(T * N).reshape(T, N).T.ravel()
+            rows = {k: v[order] for k, v in rows.items()}
+        self.table.insert(rows)
         self.inserted_env_steps += rollout.env_steps
 
     def __len__(self) -> int:
         return len(self.table)
 
     def sample(self, batch_size: int) -> dict[str, np.ndarray]:
+        """Columns of ``[B, ...]``; from a prioritized table also ``weight`` (importance weights)."""
         return self.table.sample(batch_size)
+
+    @property
+    def prioritized(self) -> bool:
+        """Whether samples carry importance weights and want their priorities back."""
+        return getattr(self.table, "prioritized", None) is not None
+
+    def update_priorities(self, td_errors: np.ndarray) -> None:
+        """The last sample's rows, in order, get priorities from their |TD error|."""
+        self.table.update_priorities(td_errors)  # type: ignore[attr-defined]
+
+    def set_progress(self, progress: float) -> None:
+        """Share of the run done (a prioritized table's importance exponent follows it)."""
+        if hasattr(self.table, "progress"):
+            self.table.progress = progress  # type: ignore[attr-defined]
+
+    def sample_budget(self) -> int | None:
+        """Rows the table's rate limiter admits now; None: no limiter (the algorithm's ratio rules)."""
+        budget = getattr(self.table, "sample_budget", None)
+        return budget() if callable(budget) else None
+
+    @property
+    def min_size_to_sample(self) -> int:
+        """Rows the table must hold before it serves a sample."""
+        return int(getattr(self.table, "min_size_to_sample", 1))
 
     def stats(self) -> dict[str, float]:
         stats = getattr(self.table, "stats", None)  # a store table reports its own; a RingTable none

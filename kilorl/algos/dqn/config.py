@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -21,6 +21,8 @@ class ApeXEpsilon(Section):
 
 class DQNConfig(ReplayConfig):
     """Double DQN with a target network, Huber loss, n-step returns and epsilon-greedy actors."""
+
+    replay_options: ClassVar[tuple[str, ...]] = ("prioritized", "samples_per_insert")
 
     name: Literal["dqn"] = "dqn"
     """Algorithm name."""

@@ -23,7 +23,7 @@ from kilorl.algos.common.optimizer_step import OptimizerStep
 from kilorl.algos.common.replay_table import RingTable
 from kilorl.algos.common.targets import TargetUpdater
 from kilorl.algos.dqn.config import DQNConfig
-from kilorl.algos.dqn.transitions import COLUMNS, TransitionTable
+from kilorl.algos.dqn.transitions import COLUMNS, WEIGHT, TransitionTable
 from kilorl.envs.normalization import RunningMeanStd
 
 _REPLAY = "replay/"
@@ -62,32 +62,47 @@ class DQNLearner(AlgorithmLearner):
         algo = self.algo
         new = env_steps_total - self.env_steps
         self.env_steps = env_steps_total
-        if env_steps_total <= algo.learning_starts or len(source) == 0:
+        if env_steps_total <= algo.learning_starts or len(source) < max(1, source.min_size_to_sample):
             return {"gradient_steps": 0.0}
-        self.credit += new * algo.gradient_steps / algo.train_freq
-        n = int(self.credit)
-        self.credit -= n
+        n = self._steps_owed(source, new)
         self.targets.maybe_update(self.target, self.q, env_steps_total)
         losses, qs, norms = [], [], []
         if n:
+            source.set_progress(env_steps_total / max(1, self.ctx.total_env_steps))
             # every step's rows drawn at once (the table does not change during the phase): one
             # gather and one tensor per column instead of n of each
             rows = source.sample(algo.batch_size * n)
-            cols = {k: torch.as_tensor(rows[k], device=self.device) for k in COLUMNS}
+            cols = {k: torch.as_tensor(rows[k], device=self.device) for k in (*COLUMNS, WEIGHT) if k in rows}
+            errors = []
             for i in range(n):
                 part = slice(i * algo.batch_size, (i + 1) * algo.batch_size)
-                loss, q_mean, norm = self._step({k: v[part] for k, v in cols.items()})
+                loss, q_mean, norm, td = self._step({k: v[part] for k, v in cols.items()})
                 losses.append(loss)
                 qs.append(q_mean)
                 norms.append(norm)
+                errors.append(td)
+            if source.prioritized:
+                source.update_priorities(torch.cat(errors).cpu().numpy())
         self.updates += n
         if not n:
             return {"gradient_steps": 0.0}
         return {"gradient_steps": float(n), "td_loss": float(torch.stack(losses).mean()),
                 "q_mean": float(torch.stack(qs).mean()), "grad_norm": float(torch.stack(norms).mean())}
 
-    def _step(self, t: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One gradient step of the Huber TD loss; returns (loss, mean Q taken, grad norm)."""
+    def _steps_owed(self, source: TransitionTable, new_env_steps: int) -> int:
+        """Gradient steps this update takes: what the table's rate limiter admits, else
+        ``gradient_steps`` per ``train_freq`` env steps (fractions carried over)."""
+        budget = source.sample_budget()
+        if budget is not None:
+            return budget // self.algo.batch_size
+        self.credit += new_env_steps * self.algo.gradient_steps / self.algo.train_freq
+        n = int(self.credit)
+        self.credit -= n
+        return n
+
+    def _step(self, t: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One gradient step of the Huber TD loss (each row weighted by its importance weight
+        when the table is prioritized); returns (loss, mean Q taken, grad norm, TD errors)."""
         with torch.no_grad():
             next_q = self.target(t["next_obs"])
             if self.algo.double_q:
@@ -99,10 +114,13 @@ class DQNLearner(AlgorithmLearner):
         self.opt.zero_grad()
         with self.opt.autocast():
             q = self.module(t["obs"]).float().gather(-1, t["action"].long().unsqueeze(-1)).squeeze(-1)
-        loss = F.smooth_l1_loss(q, target)
+        if WEIGHT in t:
+            loss = (t[WEIGHT] * F.smooth_l1_loss(q, target, reduction="none")).mean()
+        else:
+            loss = F.smooth_l1_loss(q, target)
         loss.backward()
         norm = self.opt.step()
-        return loss.detach(), q.detach().mean(), norm.detach()
+        return loss.detach(), q.detach().mean(), norm.detach(), (q.detach() - target).float()
 
     # ---- publishing and checkpoints -----------------------------------------------------
     def weights(self) -> dict[str, np.ndarray]:

@@ -1,5 +1,5 @@
 """DQN's adder: the replay algorithms' n-step transitions (``kilorl.algos.common.transitions``)."""
 
-from kilorl.algos.common.transitions import COLUMNS, TransitionTable, nstep_transitions
+from kilorl.algos.common.transitions import COLUMNS, WEIGHT, TransitionTable, nstep_transitions
 
-__all__ = ["COLUMNS", "TransitionTable", "nstep_transitions"]
+__all__ = ["COLUMNS", "WEIGHT", "TransitionTable", "nstep_transitions"]

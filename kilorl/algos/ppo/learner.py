@@ -87,6 +87,8 @@ class PPOLearner(ActorCriticLearner):
         obs, actions = ac.observations(steps[keys.OBS]), ac.tensor(steps[keys.ACTIONS])
         old_logp, old_values = ac.tensor(steps[keys.LOGP]), ac.tensor(steps[keys.VALUES])
         advantages = torch.as_tensor(adv.reshape(-1), device=ac.device)
+        alive = steps.get(keys.ALIVE)  # a multi-agent rollout: dead agent columns stay out of the loss
+        mask = None if alive is None else torch.tensor(alive.reshape(-1), device=ac.device, dtype=torch.float32)
         returns = torch.as_tensor(ret.reshape(-1), device=ac.device)
         lr = ac.set_lr(env_steps_total)
         self.clip_coef = algo.clip_coef * (ac.remaining(env_steps_total) if algo.anneal_clip else 1.0)
@@ -100,7 +102,7 @@ class PPOLearner(ActorCriticLearner):
             epoch_kl: list[torch.Tensor] = []
             for idx, parts, forward in batches(T, N):
                 ac.optimizer.zero_grad(set_to_none=True)
-                self._minibatch(idx, parts, forward, old_logp, old_values, advantages, returns, stats, epoch_kl)
+                self._minibatch(idx, parts, forward, old_logp, old_values, advantages, returns, stats, epoch_kl, mask)
                 grad_norms.append(ac.step())
             if algo.target_kl is not None:
                 kl = ac.grad_comm.average_scalars([float(torch.stack(epoch_kl).mean())])[0]
@@ -110,7 +112,7 @@ class PPOLearner(ActorCriticLearner):
         ac.updates += 1
         out = {k: float(torch.stack(v).float().mean()) for k, v in stats.items()}
         out.update(lr=lr, clip_coef=self.clip_coef, grad_norm=float(torch.stack(grad_norms).mean()),
-                   explained_variance=explained_variance(ret, steps[keys.VALUES]), kl_early_stop=stopped_early)
+                   explained_variance=explained_variance(ret, steps[keys.VALUES], alive), kl_early_stop=stopped_early)
         return out
 
     def _flat_batches(self, obs: torch.Tensor,
@@ -140,14 +142,25 @@ class PPOLearner(ActorCriticLearner):
 
         return epoch
 
+    def _live_rows(self, mask: torch.Tensor) -> torch.Tensor:
+        """The minibatch's live rows per rank: every rank's count summed, over the world size, so
+        that the ranks' averaged gradient is the mean over all live rows, however they are split."""
+        count = mask.sum()
+        if self.ctx.world_size > 1:
+            count = self.ac.grad_comm.sum_tensor(count.detach().cpu().reshape(1))[0].to(mask.device) / self.ctx.world_size
+        return count.clamp(min=1e-8)
+
     def _minibatch(self, idx: Minibatch, parts: list[Minibatch], forward: Forward, old_logp: torch.Tensor,
                    old_values: torch.Tensor, advantages: torch.Tensor, returns: torch.Tensor,
-                   stats: dict[str, list[torch.Tensor]], epoch_kl: list[torch.Tensor]) -> None:
-        """Forward/backward of one minibatch in its micro-batches ``parts`` (consecutive pieces of ``idx``)."""
+                   stats: dict[str, list[torch.Tensor]], epoch_kl: list[torch.Tensor],
+                   mask: torch.Tensor | None = None) -> None:
+        """Forward/backward of one minibatch in its micro-batches ``parts`` (consecutive pieces of ``idx``);
+        ``mask``: the flat batch's live rows (a multi-agent rollout), None when every row is live."""
         ac, algo = self.ac, self.algo
         # Whole-minibatch advantage statistics (over every rank's share of it): micro-batching
         # and the number of learners change memory use and communication, not the maths.
-        norm = ac.normalized(advantages[idx]) if algo.norm_adv else advantages[idx]
+        norm = ac.normalized(advantages[idx], None if mask is None else mask[idx]) if algo.norm_adv else advantages[idx]
+        live = None if mask is None else self._live_rows(mask[idx])
         offset = 0
         for i, part in enumerate(parts):
             # Only the last micro-batch's backward may communicate (DDP's no_sync contract).
@@ -159,9 +172,11 @@ class PPOLearner(ActorCriticLearner):
                     new_logp, old_logp[part], norm[offset : offset + rows(part)], new_values, old_values[part],
                     returns[part], entropy,
                     clip_coef=self.clip_coef, vf_coef=algo.vf_coef, ent_coef=algo.ent_coef,
-                    clip_vloss=algo.clip_vloss, norm_adv=False,
+                    clip_vloss=algo.clip_vloss, norm_adv=False, mask=None if mask is None else mask[part],
                 )
-                (loss.total * (rows(part) / rows(idx))).backward()  # a part's share of the minibatch mean
+                # a part's share of the minibatch mean (of its live rows, with a mask)
+                share = rows(part) / rows(idx) if mask is None else mask[part].sum() / live
+                (loss.total * share).backward()
             offset += rows(part)
             for k, v in zip(_STATS, (loss.policy, loss.value, loss.entropy, loss.approx_kl, loss.clip_fraction)):
                 stats[k].append(v.detach())

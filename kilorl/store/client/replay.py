@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,9 @@ Call = Callable[..., tuple[dict[str, Any], "memoryview | None"]]
 """``call(header, buffers=()) -> (reply header, payload)``: the client's request function."""
 
 _keys = itertools.count()
+_PROCESS = f"{os.getpid()}-{secrets.token_hex(4)}"
+"""Prefix of this process's chunk keys: unique across hosts and restarts, so a worker takes
+an insert it already holds (same first chunk key) for a repeat, never for another's rows."""
 
 
 @dataclass
@@ -59,7 +63,10 @@ def encode_chunk(spec: TableSpec, columns: Mapping[str, np.ndarray]) -> tuple[in
                                  f"other columns have {rows}")
         raw = np.ascontiguousarray(a)
         name = spec.compression if spec.packed(c) else "none"
-        blob = codec.compress(raw, name, spec.compression_level)
+        if c.name in spec.stacked:
+            blob = codec.encode_stacks(raw, name, spec.compression_level)
+        else:
+            blob = codec.compress(raw, name, spec.compression_level)
         parts.append({"name": c.name, "codec": name, "nbytes": len(blob), "raw_nbytes": raw.nbytes})
         bufs.append(blob)
     return int(rows or 0), parts, bufs
@@ -96,9 +103,12 @@ class ReplayTables:
                priorities: np.ndarray | None = None, timeout: float | None = None) -> int:
         """Inserts consecutive rows in one request, cut into chunks of the table's
         ``chunk_length`` rows when it keeps a column encoded (``TableSpec.packed``); blocks while the rate limiter holds
-        inserts back (``StoreTimeout`` after ``timeout``). Returns the first row id."""
+        inserts back (``StoreTimeout`` after ``timeout``). Returns the first row id.
+        ``key`` names the insert (unique per process by default): the worker answers a
+        repeat of a key it holds (the client's retry after a reconnect) with the first
+        row id it gave, storing nothing twice."""
         spec = self.spec(table)
-        key = key or f"{os.getpid()}/{next(_keys)}"
+        key = key or f"{_PROCESS}/{next(_keys)}"
         n = _rows(spec, columns)
         step = spec.chunk_length if any(spec.packed(c) for c in spec.columns) else max(1, n)
         chunks, bufs = [], []
@@ -137,6 +147,11 @@ class ReplayTables:
     def info(self, table: str) -> dict[str, Any]:
         """Rows, inserts, samples, stored and raw bytes, blocked seconds per side."""
         return self._call({"op": "replay.info", "table": table})[0]
+
+    def snapshot(self, table: str) -> bool:
+        """Writes the table's rows to the worker's L2 in the background, sampling going on; the
+        table is durable from then on. False when it already was."""
+        return bool(self._call({"op": "replay.snapshot", "table": table})[0]["started"])
 
     def list(self) -> list[dict[str, Any]]:
         return self._call({"op": "replay.list"})[0]["tables"]

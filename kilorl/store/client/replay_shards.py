@@ -39,6 +39,10 @@ class ShardedTable:
         for i, s in enumerate(self.shards):
             s.create(replace(spec, capacity=per, seed=spec.seed * 1000 + i,
                              limiter=replace(lim, min_size_to_sample=min_size)))
+        self._min_size = min_size
+        self._inserted = np.zeros(n, np.int64)
+        """Rows this client inserted into each shard (the rate limiter's count on that side)."""
+        self._sampled = np.zeros(n, np.int64)
         self._next = itertools.cycle(range(n))
         self._weights = np.zeros(n)
         self._rng = np.random.Generator(np.random.PCG64(seed))
@@ -48,7 +52,22 @@ class ShardedTable:
                timeout: float | None = None) -> tuple[int, int]:
         """One chunk into the home shard (or the next one); returns (shard, first row id)."""
         i = self.home if self.home is not None else next(self._next)
-        return i, self.shards[i].insert(self.spec.name, columns, priorities=priorities, timeout=timeout)
+        first = self.shards[i].insert(self.spec.name, columns, priorities=priorities, timeout=timeout)
+        self._inserted[i] += len(next(iter(columns.values())))
+        return i, first
+
+    def _owed(self) -> np.ndarray:
+        """Rows each shard's rate limiter lets this client sample now while keeping its count at
+        or above target (``samples_per_insert`` x rows inserted past ``min_size_to_sample``)."""
+        spi = self.spec.limiter.samples_per_insert or 0.0
+        return spi * (self._inserted - self._min_size) - self._sampled
+
+    def sample_budget(self) -> int | None:
+        """Rows the shards' rate limiters admit now, counted by this client, which must be the
+        table's only inserter and sampler; None: the table has no rate limiter."""
+        if self.spec.limiter.samples_per_insert is None:
+            return None
+        return int(np.floor(np.maximum(self._owed(), 0.0).sum()))
 
     def _refresh(self) -> None:
         infos = self._map(lambda s: s.info(self.spec.name), self.shards)
@@ -57,16 +76,23 @@ class ShardedTable:
 
     def sample(self, batch_size: int, timeout: float | None = None) -> SampleBatch:
         """``batch_size`` rows from all shards, split in proportion to their rows (priority mass)."""
-        if not np.all(self._weights > 0):
-            self._refresh()
-        total = self._weights.sum()
-        if total <= 0:  # nothing anywhere yet: wait on the first shard, as one table would
-            counts = np.zeros(len(self.shards), np.int64)
-            counts[0] = batch_size
-            share = np.ones(len(self.shards))
+        owed = np.maximum(self._owed(), 0.0) if self.spec.limiter.samples_per_insert is not None else None
+        if owed is not None and owed.sum() > 0:
+            # rows go where the limiters owe them, so no shard's count strays: random shares would
+            # let one drift out of its tolerance and block a learner that inserts and samples alone
+            counts = _apportion(batch_size, owed)
+            share = counts / batch_size
         else:
-            share = self._weights / total
-            counts = self._rng.multinomial(batch_size, share)
+            if not np.all(self._weights > 0):
+                self._refresh()
+            total = self._weights.sum()
+            if total <= 0:  # nothing anywhere yet: wait on the first shard, as one table would
+                counts = np.zeros(len(self.shards), np.int64)
+                counts[0] = batch_size
+                share = np.ones(len(self.shards))
+            else:
+                share = self._weights / total
+                counts = self._rng.multinomial(batch_size, share)
         picked = [i for i in range(len(self.shards)) if counts[i]]
         try:
             got = self._map(lambda i: self.shards[i].sample(self.spec.name, int(counts[i]), timeout), picked)
@@ -75,6 +101,7 @@ class ShardedTable:
             raise
         for i, b in zip(picked, got, strict=True):
             self._weights[i] = b.total if self.spec.sampler == "prioritized" else b.size
+            self._sampled[i] += b.ids.size
         cols = {c.name: np.concatenate([b.columns[c.name] for b in got]) for c in self.spec.columns}
         probs = np.concatenate([b.probabilities * share[i] for i, b in zip(picked, got, strict=True)])
         shard_of = np.concatenate([np.full(b.ids.size, i, np.int64) for i, b in zip(picked, got, strict=True)])
@@ -109,3 +136,13 @@ class ShardedTable:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False)
+
+
+def _apportion(total: int, weights: np.ndarray) -> np.ndarray:
+    """``total`` split in proportion to ``weights`` (largest remainders get the leftovers)."""
+    exact = total * weights / weights.sum()
+    counts = np.floor(exact).astype(np.int64)
+    left = total - int(counts.sum())
+    if left:
+        counts[np.argsort(counts - exact, kind="stable")[:left]] += 1
+    return counts

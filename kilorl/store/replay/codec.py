@@ -10,6 +10,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import numpy as np
+
 from kilorl.store.errors import InvalidRequest
 
 _local = threading.local()
@@ -67,3 +69,39 @@ def decompress(data: Any, codec: str, raw_nbytes: int) -> bytes | memoryview:
     if len(out) != raw_nbytes:
         raise ValueError(f"decoded {len(out)} bytes, expected {raw_nbytes}")
     return out
+
+
+def encode_stacks(stacks: np.ndarray, codec: str, level: int = 3) -> bytes:
+    """Rows that are stacks of frames (``[rows, k, ...]``, frame stacks of consecutive steps)
+    as their distinct frames: a row whose first ``k - 1`` frames are the previous row's last
+    ``k - 1`` adds only its newest frame. Encoded as ``rows x k`` int32 frame indices, then
+    the frames compressed with ``codec``; ``decode_stacks`` gives the rows back bit for bit."""
+    rows, k = stacks.shape[:2]
+    flat = stacks.reshape(rows, k, -1)
+    follows = np.zeros(rows, bool)
+    if rows > 1 and k > 1:
+        follows[1:] = np.all(flat[1:, :-1] == flat[:-1, 1:], axis=(1, 2))
+    keep = np.ones((rows, k), bool)
+    keep[follows, :-1] = False
+    index = (np.cumsum(keep.ravel()) - 1).reshape(rows, k).astype("<i4")
+    for r in np.flatnonzero(follows).tolist():  # rows of one chunk: its frames come from the row before
+        index[r, :-1] = index[r - 1, 1:]
+    frames = np.ascontiguousarray(stacks[keep])
+    return index.tobytes() + bytes(compress(frames, codec, level))
+
+
+def decode_stacks(blob: Any, codec: str, rows: int, k: int, frame_shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """The ``[rows, k, *frame_shape]`` stacks ``encode_stacks`` encoded; ``ValueError`` when
+    the indices or the frames do not fit."""
+    blob = memoryview(blob).cast("B")
+    n = rows * k * 4
+    if len(blob) < n:
+        raise ValueError(f"{len(blob)} bytes cannot hold {rows * k} frame indices")
+    index = np.frombuffer(blob[:n], "<i4").reshape(rows, k)
+    frames_n = int(index.max()) + 1 if index.size else 0
+    if index.size and index.min() < 0:
+        raise ValueError("negative frame index")
+    frame_nbytes = int(np.prod(frame_shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    raw = decompress(blob[n:], codec, frames_n * frame_nbytes)
+    frames = np.frombuffer(raw, dtype).reshape(frames_n, *frame_shape)
+    return frames[index]

@@ -70,10 +70,20 @@ class TableSpec:
     limiter: LimiterSpec = field(default_factory=LimiterSpec)
     seed: int = 0
     """Seed of the table's sampling generator."""
+    stacked: tuple[str, ...] = ()
+    """Columns whose rows are stacks of frames along their first axis (``[k, ...]``: an
+    Atari observation of the last ``k`` frames). Each chunk keeps such a column's distinct
+    frames once (a row that continues the row before adds one frame) and a sample rebuilds
+    the stacks bit for bit (``codec.encode_stacks``); kept encoded whatever ``compression``."""
+    durable: bool = False
+    """Every inserted chunk is written back to the worker's L2 directory (``WRITE_BACK_L2``:
+    asynchronously, in the order of inserts), so a restarted worker serves every flushed
+    chunk again; needs a worker started with ``--l2-dir``."""
 
     def packed(self, column: ColumnSpec) -> bool:
         """Whether ``column`` is kept encoded (else raw in the table's ring of rows)."""
-        return self.compression != "none" and column.row_nbytes >= PACKED_MIN_ROW_BYTES
+        return column.name in self.stacked or (self.compression != "none"
+                                               and column.row_nbytes >= PACKED_MIN_ROW_BYTES)
 
     def column(self, name: str) -> ColumnSpec:
         for c in self.columns:
@@ -90,7 +100,7 @@ class TableSpec:
         return {"name": self.name, "capacity": self.capacity, "compression": self.compression,
                 "compression_level": self.compression_level, "chunk_length": self.chunk_length,
                 "sampler": self.sampler, "alpha": self.alpha,
-                "seed": self.seed,
+                "seed": self.seed, "durable": self.durable, "stacked": list(self.stacked),
                 "columns": [{"name": c.name, "shape": list(c.shape), "dtype": c.dtype} for c in self.columns],
                 "limiter": {"samples_per_insert": lim.samples_per_insert,
                             "min_size_to_sample": lim.min_size_to_sample, "tolerance": lim.tolerance}}
@@ -101,7 +111,7 @@ class TableSpec:
         if not isinstance(d, dict):
             raise InvalidRequest(f"table: expected a dict, got {type(d).__name__}")
         unknown = set(d) - {"name", "capacity", "compression", "compression_level", "chunk_length", "sampler", "alpha", "seed",
-                            "columns", "limiter"}
+                            "durable", "stacked", "columns", "limiter"}
         if unknown:
             raise InvalidRequest(f"table.{sorted(unknown)[0]}: unknown field")
         lim = d.get("limiter") or {}
@@ -115,6 +125,7 @@ class TableSpec:
                    compression=d.get("compression", "none"), compression_level=d.get("compression_level", 3),
                    chunk_length=d.get("chunk_length", 16),
                    sampler=d.get("sampler", "uniform"), alpha=d.get("alpha", 0.6), seed=d.get("seed", 0),
+                   durable=d.get("durable", False), stacked=tuple(d.get("stacked") or ()),
                    limiter=LimiterSpec(lim.get("samples_per_insert"), lim.get("min_size_to_sample", 1),
                                        lim.get("tolerance")))
         spec.validate()
@@ -137,9 +148,17 @@ class TableSpec:
             raise InvalidRequest(f"table.alpha: must be a number in [0, 10], got {self.alpha!r}")
         if not isinstance(self.seed, int):
             raise InvalidRequest(f"table.seed: must be an integer, got {self.seed!r}")
+        if not isinstance(self.durable, bool):
+            raise InvalidRequest(f"table.durable: must be true or false, got {self.durable!r}")
         names = [c.name for c in self.columns]
         if len(set(names)) != len(names):
             raise InvalidRequest(f"table.columns: duplicate column names in {names}")
+        for name in self.stacked:
+            if name not in names:
+                raise InvalidRequest(f"table.stacked: {name!r} is not a column of {names}")
+            if len(self.column(name).shape) < 2:
+                raise InvalidRequest(f"table.stacked: column {name!r} has row shape {list(self.column(name).shape)}; "
+                                     "a stack needs [k, frame...]")
         lim = self.limiter
         spi = lim.samples_per_insert
         if spi is not None and (not isinstance(spi, (int, float)) or not math.isfinite(spi) or spi <= 0):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,19 +23,14 @@ import numpy as np
 
 from kilorl.store.errors import InvalidRequest, KeyNotFound, StoreTimeout
 from kilorl.store.replay import codec
+from kilorl.store.replay.chunks import ChunkLog, ColumnPart, Decoded
 from kilorl.store.replay.limiter import RateLimiter
 from kilorl.store.replay.spec import TableSpec
 from kilorl.store.replay.sumtree import SumTree
 
-
-@dataclass
-class ColumnPart:
-    """How one column of an arriving chunk is encoded: codec, encoded and raw byte counts."""
-
-    name: str
-    codec: str
-    nbytes: int
-    raw_nbytes: int
+RECENT_INSERTS = 4096
+"""Inserts a table remembers by key to recognise a repeated one (a client repeats only its
+last request after a reconnect, so a few per client are plenty)."""
 
 
 @dataclass
@@ -47,16 +43,7 @@ class Chunk:
     """column -> (codec, encoded bytes)."""
     live: int
     nbytes: int
-
-
-@dataclass
-class Decoded:
-    """An arriving chunk, checked: its decoded columns, and what a compressed table keeps."""
-
-    key: str
-    rows: int
-    columns: dict[str, np.ndarray]
-    blobs: dict[str, tuple[str, bytes]]
+    first_id: int
 
 
 @dataclass
@@ -72,8 +59,10 @@ class Sample:
 class Table:
     """A table's rows, sampler and rate limiter; thread-safe (one condition per table)."""
 
-    def __init__(self, spec: TableSpec) -> None:
+    def __init__(self, spec: TableSpec, log: ChunkLog | None = None) -> None:
+        """``log``: where a durable table's chunks are written back (``TableSpec.durable``)."""
         self.spec = spec
+        self.log = log
         cap = spec.capacity
         self.cond = threading.Condition()
         self.closed = False
@@ -83,6 +72,13 @@ class Table:
         self.size = 0
         self.next_id = 0
         self.insert_calls = self.sample_calls = 0
+        self.recent_inserts: OrderedDict[str, int] = OrderedDict()
+        """The last ``RECENT_INSERTS`` inserts' first chunk keys -> first row id: an insert
+        repeated after a lost reply (the client reconnects and sends it again) is found here
+        and answered without storing its rows twice."""
+        self.repeated_inserts = 0
+        self.waiting = {"insert": 0, "sample": 0}
+        """Calls of each side waiting for the rate limiter now."""
         self.tree = SumTree(cap) if spec.sampler == "prioritized" else None
         self.max_priority = 1.0
         self.packed = [c for c in spec.columns if spec.packed(c)]
@@ -123,13 +119,17 @@ class Table:
             if p.raw_nbytes != rows * col.row_nbytes:
                 raise InvalidRequest(f"{where}, column {p.name!r}: {p.raw_nbytes} bytes for {rows} rows, the schema "
                                      f"({col.dtype} {list(col.shape)}) needs {rows * col.row_nbytes}")
+            stacked = p.name in spec.stacked
             try:
-                raw = codec.decompress(blob, p.codec, p.raw_nbytes)
+                if stacked:
+                    decoded[p.name] = codec.decode_stacks(blob, p.codec, rows, col.shape[0], col.shape[1:], col.dtype)
+                else:
+                    raw = codec.decompress(blob, p.codec, p.raw_nbytes)
+                    decoded[p.name] = np.frombuffer(raw, col.dtype).reshape(rows, *col.shape)
             except (ValueError, InvalidRequest) as exc:
                 raise InvalidRequest(f"{where}, column {p.name!r}: corrupt {p.codec} data ({exc})") from None
-            decoded[p.name] = np.frombuffer(raw, col.dtype).reshape(rows, *col.shape)
             if spec.packed(col):
-                blobs[p.name] = (p.codec, bytes(blob) if p.codec != "none" else bytes(raw))
+                blobs[p.name] = (p.codec, bytes(blob) if p.codec != "none" or stacked else bytes(raw))
         return Decoded(key, rows, decoded, blobs)
 
     def insert(self, chunks: list[Decoded], priorities: np.ndarray | None, timeout: float | None) -> int:
@@ -143,11 +143,23 @@ class Table:
                                        or not np.all(np.isfinite(priorities))):
             raise InvalidRequest(f"replay table {self.spec.name!r}, chunk {chunks[0].key!r}: priorities must be "
                                  f"{total} finite numbers >= 0")
+        key = chunks[0].key
         with self.cond:
-            self._wait(lambda: self.limiter.can_insert(self.size), timeout, "insert")
+            if key in self.recent_inserts:
+                return self._repeated(key)
+            self._wait(lambda: key in self.recent_inserts or self.limiter.can_insert(self.size), timeout, "insert")
+            if key in self.recent_inserts:  # the first try was admitted while this one waited
+                return self._repeated(key)
             first = self.next_id
+            self.recent_inserts[key] = first
+            if len(self.recent_inserts) > RECENT_INSERTS:
+                self.recent_inserts.popitem(last=False)
+            pending = []
             for c in chunks:
+                if self.log is not None:
+                    pending.append(self.log.record(self.next_id, c))
                 self._store(c)
+            evicted = self.log.evict_before(self.next_id - self.spec.capacity) if self.log is not None else []
             if self.tree is not None:
                 slots = (first + np.arange(total, dtype=np.int64)) % self.spec.capacity
                 p = priorities if priorities is not None else np.full(total, self.max_priority)
@@ -156,7 +168,56 @@ class Table:
             self.insert_calls += 1
             self.limiter.inserted_rows(total)
             self.cond.notify_all()
+        if self.log is not None:  # outside the lock: samples go on while the writes queue
+            self.log.write(pending, evicted)
         return first
+
+    def restore(self, first_id: int, chunk: Decoded, file_key: str) -> list[str]:
+        """Stores a chunk read back from L2 under its old row ids (a restarted worker);
+        returns the file keys of chunks it evicts."""
+        evicted: list[str] = []
+        with self.cond:
+            self.next_id = first_id
+            self._store(chunk)
+            if self.log is not None:
+                self.log.adopt(first_id, chunk.rows, file_key)
+                evicted = self.log.evict_before(self.next_id - self.spec.capacity)
+            if self.tree is not None:
+                slots = (first_id + np.arange(chunk.rows, dtype=np.int64)) % self.spec.capacity
+                self.tree.set(slots, np.full(chunk.rows, self.max_priority ** self.spec.alpha))
+            self.limiter.inserted_rows(chunk.rows)
+        return evicted
+
+    def attach_log(self, log: ChunkLog) -> int:
+        """Makes the table durable from its next insert on; returns the next row id (where a
+        snapshot of the rows already held ends)."""
+        with self.cond:
+            self.log = log
+            return self.next_id
+
+    def held_chunks(self, cursor: int, end: int, limit: int) -> tuple[list[tuple[int, Decoded]], int]:
+        """Up to ``limit`` chunks holding live rows with ids in ``[cursor, end)``, as
+        ``(first id, chunk)``, recorded in the log; and the cursor after them. Takes the lock
+        for one short batch, so inserts and samples go on between batches."""
+        with self.cond:
+            cursor = max(cursor, self.next_id - self.size)
+            out: list[tuple[int, Decoded]] = []
+            while cursor < end and len(out) < limit:
+                if self.compressed:
+                    cid = int(self.slot_chunk[cursor % self.spec.capacity])
+                    ch = self.chunks[cid]
+                    first, rows, key, blobs = ch.first_id, ch.rows, ch.key, ch.blobs
+                else:
+                    first, rows, key, blobs = cursor, min(self.spec.chunk_length, end - cursor), f"snapshot/{cursor}", {}
+                slots = (first + np.arange(rows, dtype=np.int64)) % self.spec.capacity
+                cols = {name: ring[slots] for name, ring in self.ring.items()}
+                out.append((first, Decoded(key, rows, cols, blobs)))
+                cursor = first + rows
+            return out, cursor
+
+    def _repeated(self, key: str) -> int:
+        self.repeated_inserts += 1
+        return self.recent_inserts[key]
 
     def _store(self, c: Decoded) -> None:
         ids = self.next_id + np.arange(c.rows, dtype=np.int64)
@@ -167,7 +228,7 @@ class Table:
             cid = self.next_chunk
             self.next_chunk += 1
             nbytes = sum(len(b) for _, b in c.blobs.values())
-            self.chunks[cid] = Chunk(c.key, c.rows, c.blobs, c.rows, nbytes)
+            self.chunks[cid] = Chunk(c.key, c.rows, c.blobs, c.rows, nbytes, self.next_id)
             self.stored_bytes += nbytes
             self.slot_chunk[slots] = cid
             self.slot_offset[slots] = np.arange(c.rows)
@@ -230,6 +291,11 @@ class Table:
         rows = starts[inverse] + offsets
         out = {}
         for col in self.packed:
+            if col.name in self.spec.stacked:  # each chunk's distinct frames, stacked again
+                allrows = np.concatenate([codec.decode_stacks(ch.blobs[col.name][1], ch.blobs[col.name][0], ch.rows,
+                                                              col.shape[0], col.shape[1:], col.dtype) for ch in chunks])
+                out[col.name] = allrows[rows]
+                continue
             raws = []
             for ch in chunks:
                 name, blob = ch.blobs[col.name]
@@ -261,6 +327,7 @@ class Table:
             return
         start = time.monotonic()
         deadline = None if timeout is None else start + timeout
+        self.waiting[side] += 1
         try:
             while not admitted():
                 if self.closed:
@@ -272,6 +339,7 @@ class Table:
                                        f"size {self.size}, min_size_to_sample {self.limiter.min_size})")
                 self.cond.wait(left if left is not None else 1.0)
         finally:
+            self.waiting[side] -= 1
             waited = time.monotonic() - start
             if side == "insert":
                 self.limiter.blocked_insert_s += waited
@@ -289,9 +357,12 @@ class Table:
             stored = self.stored_bytes + self.size * self.ring_row_nbytes
             return {"name": self.spec.name, "rows": self.size, "capacity": self.spec.capacity,
                     "inserted_rows": self.next_id, "insert_calls": self.insert_calls,
+                    "repeated_inserts": self.repeated_inserts, "waiting_inserts": self.waiting["insert"],
+                    "waiting_samples": self.waiting["sample"],
                     "sampled_rows": self.limiter.sampled, "sample_calls": self.sample_calls,
                     "stored_bytes": stored, "raw_bytes": raw,
                     "compression_ratio": (raw / stored) if stored else 1.0,
                     "chunks": len(self.chunks) if self.compressed else None,
+                    **(self.log.stats() if self.log is not None else {}),
                     "priority_total": self.tree.total if self.tree is not None else None,
                     **self.limiter.stats()}

@@ -1,0 +1,55 @@
+"""The ``multi_agent`` section: which policy each agent of a PettingZoo environment acts with.
+
+``policy_mapping`` maps agent-name patterns (``fnmatch``: ``agent_*``) to policies, the first
+matching pattern wins, and every agent mapped to one policy shares its parameters. The
+mapping is checked against the environment's agents when the env runners start
+(``kilorl.envs.agent_mapping``): an agent no pattern maps, or agents of different spaces on
+one policy, are errors naming them. This build trains one policy (every agent column feeds
+the run's ``algo`` and ``model``); per-policy learners, published names and checkpoints
+attach to the same section (docs/architecture.md, "Where the planned work attaches").
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from kilorl.config_section import Section
+
+
+class PolicySection(Section):
+    """One policy that agents map to; its network and update are the run's ``model`` and ``algo``."""
+
+
+class MultiAgentConfig(Section):
+    """Agents of a PettingZoo environment mapped to policies."""
+
+    policies: dict[str, PolicySection] = Field(min_length=1)
+    """The policies by name (``{shared: {}}``)."""
+    policy_mapping: dict[str, str] = Field(min_length=1)
+    """Agent-name pattern -> policy, tried in order, the first match wins (``{"agent_*": shared}``)."""
+    policies_to_train: list[str] | None = None
+    """Policies whose parameters the learners update (None: all)."""
+    centralized_critic: Literal["state"] | None = None
+    """``state``: each agent column's observation is its own followed by the environment's
+    global ``state()`` (MAPPO); the policy sees the first ``model.actor_inputs`` entries, the
+    critic all. None: the critic sees what the policy sees (IPPO)."""
+
+    @model_validator(mode="after")
+    def _names_exist(self) -> MultiAgentConfig:
+        for pattern, policy in self.policy_mapping.items():
+            if policy not in self.policies:
+                raise ValueError(f"policy_mapping: pattern {pattern!r} maps to {policy!r}, which is not in "
+                                 f"multi_agent.policies ({', '.join(sorted(self.policies))})")
+        unknown = sorted(set(self.policies_to_train or []) - set(self.policies))
+        if unknown:
+            raise ValueError(f"policies_to_train: {unknown} are not in multi_agent.policies "
+                             f"({', '.join(sorted(self.policies))})")
+        if len(self.policies) > 1:
+            raise ValueError(f"policies: {sorted(self.policies)}: this build trains one policy shared by every "
+                             "agent (per-policy learners are not built yet)")
+        if self.policies_to_train is not None and not self.policies_to_train:
+            raise ValueError("policies_to_train: empty; the one policy must train (a frozen policy needs "
+                             "per-policy learners, not built yet)")
+        return self

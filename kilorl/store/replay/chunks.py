@@ -1,0 +1,47 @@
+"""What an arriving chunk is: how each column is encoded, and the checked, decoded chunk.
+
+Shared by the table (which stores chunks) and the durable log (which writes them to L2 and
+reads them back).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+
+@dataclass
+class ColumnPart:
+    """How one column of an arriving chunk is encoded: codec, encoded and raw byte counts."""
+
+    name: str
+    codec: str
+    nbytes: int
+    raw_nbytes: int
+
+
+@dataclass
+class Decoded:
+    """An arriving chunk, checked: its decoded columns, and what a compressed table keeps."""
+
+    key: str
+    rows: int
+    columns: dict[str, np.ndarray]
+    blobs: dict[str, tuple[str, bytes]]
+
+
+class ChunkLog(Protocol):
+    """Where a durable table's chunks go (the worker's L2: ``server/replay_durable.py``). The
+    table calls ``record``, ``adopt`` and ``evict_before`` under its lock, ``write`` after."""
+
+    def record(self, first_id: int, chunk: Decoded) -> Any: ...
+
+    def adopt(self, first_id: int, rows: int, key: str) -> None: ...
+
+    def evict_before(self, oldest_live_id: int) -> list[str]: ...
+
+    def write(self, pending: list[Any], evicted: list[str]) -> None: ...
+
+    def stats(self) -> dict[str, int]: ...
