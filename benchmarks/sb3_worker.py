@@ -1,6 +1,7 @@
-"""One Stable-Baselines3 PPO or DQN run with rl-zoo hyperparameters, stopped at a return threshold.
+"""One Stable-Baselines3 PPO, DQN or SAC run with rl-zoo hyperparameters, stopped at a return threshold.
 
-Run by ``ppo_vs_peers.py`` (PPO) and ``dqn_vs_peers.py`` (``--algo dqn``) in its own
+Run by ``ppo_vs_peers.py`` (PPO), ``dqn_vs_peers.py`` (``--algo dqn``) and ``sac_vs_peers.py``
+(``--algo sac``) in its own
 subprocess (one run = one process, like kiloRL's ``kilorl train``); writes one JSON
 object to ``--out``. Torch is pinned to one thread, as kiloRL's learner is, so neither
 side wins by grabbing both cores' BLAS threads.
@@ -161,12 +162,12 @@ def run(env_id: str, seed: int, threshold: float, window: int, deadline: float, 
     import torch
 
     torch.set_num_threads(1)
-    from stable_baselines3 import DQN, PPO
+    from stable_baselines3 import DQN, PPO, SAC
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
-    from zoo_hyperparams import ZOO_DQN, ZOO_PPO, ZOO_PPO_LSTM, resolve_schedules
+    from zoo_hyperparams import ZOO_DQN, ZOO_PPO, ZOO_PPO_LSTM, ZOO_SAC, resolve_schedules
 
-    entry = {"dqn": ZOO_DQN, "ppo": ZOO_PPO, "ppo_lstm": ZOO_PPO_LSTM}[algo][env_id]
+    entry = {"dqn": ZOO_DQN, "ppo": ZOO_PPO, "ppo_lstm": ZOO_PPO_LSTM, "sac": ZOO_SAC}[algo][env_id]
     t_entry = time.time()
     # make_vec_env wraps every env in Monitor (episode returns before any normalization).
     env = make_vec_env(_env_maker(env_id), n_envs=entry.n_envs, seed=seed)
@@ -180,7 +181,7 @@ def run(env_id: str, seed: int, threshold: float, window: int, deadline: float, 
 
         cls, policy = RecurrentPPO, "MlpLstmPolicy"
     else:
-        cls, policy = (DQN if algo == "dqn" else PPO), "MlpPolicy"
+        cls, policy = {"dqn": DQN, "sac": SAC}.get(algo, PPO), "MlpPolicy"
     model = cls(policy, env, seed=seed, device="cpu", verbose=0, stats_window_size=window,
                 policy_kwargs=policy_kwargs or None, **resolve_schedules(entry.algo_kwargs))
     callback = (_eval_callback(env_id, threshold, eval_every, eval_episodes, eval_seed, deadline) if eval_every
@@ -216,7 +217,7 @@ def main() -> int:
     p.add_argument("--window", type=int, default=20, help="episodes in the rolling mean")
     p.add_argument("--deadline", type=float, required=True, help="absolute time.time() to give up at")
     p.add_argument("--out", type=Path, required=True, help="JSON result file")
-    p.add_argument("--algo", choices=("ppo", "dqn", "ppo_lstm"), default="ppo", help="SB3 algorithm (its rl-zoo entry)")
+    p.add_argument("--algo", choices=("ppo", "dqn", "ppo_lstm", "sac"), default="ppo", help="SB3 algorithm (its rl-zoo entry)")
     p.add_argument("--eval-every", type=int,
                    help="threshold on greedy evaluations every N env steps (default: on training episodes)")
     p.add_argument("--eval-episodes", type=int, default=10)

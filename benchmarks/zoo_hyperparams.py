@@ -1,4 +1,4 @@
-"""rl-baselines3-zoo PPO and DQN hyperparameters for the envs the peer benchmarks run.
+"""rl-baselines3-zoo PPO, DQN and SAC hyperparameters for the envs the peer benchmarks run.
 
 Copied from DLR-RM/rl-baselines3-zoo ``hyperparams/ppo.yml`` at commit
 208b6fdf3a9aa24de44b2e068c6e5f6a07d97fcc (https://github.com/DLR-RM/rl-baselines3-zoo/blob/
@@ -56,6 +56,15 @@ hyperparams/dqn.yml), the entry ``examples/cartpole_dqn.yaml`` copies:
       exploration_fraction: 0.16
       exploration_final_eps: 0.04
       policy_kwargs: "dict(net_arch=[256, 256])"
+
+SAC: ``hyperparams/sac.yml`` at commit 00128b5d46d497b772f3bd891ae9f520919e8971
+(https://github.com/DLR-RM/rl-baselines3-zoo/blob/00128b5d46d497b772f3bd891ae9f520919e8971/
+hyperparams/sac.yml), the entry ``examples/pendulum_sac.yaml`` copies:
+
+    Pendulum-v1:
+      n_timesteps: 20000
+      policy: 'MlpPolicy'
+      learning_rate: !!float 1e-3
 """
 
 from __future__ import annotations
@@ -67,6 +76,8 @@ from typing import Any
 ZOO_COMMIT = "208b6fdf3a9aa24de44b2e068c6e5f6a07d97fcc"
 ZOO_SOURCE = f"https://github.com/DLR-RM/rl-baselines3-zoo/blob/{ZOO_COMMIT}/hyperparams/ppo.yml"
 ZOO_DQN_COMMIT = "ce95481b041fe5314c1b2f1a53940d169b9253fc"
+ZOO_SAC_COMMIT = "00128b5d46d497b772f3bd891ae9f520919e8971"
+ZOO_SAC_SOURCE = f"https://github.com/DLR-RM/rl-baselines3-zoo/blob/{ZOO_SAC_COMMIT}/hyperparams/sac.yml"
 ZOO_DQN_SOURCE = f"https://github.com/DLR-RM/rl-baselines3-zoo/blob/{ZOO_DQN_COMMIT}/hyperparams/dqn.yml"
 
 
@@ -125,6 +136,16 @@ ZOO_DQN: dict[str, ZooEntry] = {
 }
 """rl-zoo's DQN entries; unset keys take SB3's DQN defaults (tau 1, max_grad_norm 10,
 exploration_initial_eps 1, Huber loss, no double Q-learning)."""
+
+
+ZOO_SAC: dict[str, ZooEntry] = {
+    # hyperparams/sac.yml at ZOO_SAC_COMMIT; n_envs unset: rl-zoo's 1.
+    "Pendulum-v1": ZooEntry(zoo_key="Pendulum-v1", n_envs=1, n_timesteps=20_000,
+                            algo_kwargs=dict(learning_rate=1e-3)),
+}
+"""rl-zoo's SAC entries; unset keys take SB3's SAC defaults (buffer 1e6, batch 256,
+learning_starts 100, tau 0.005, gamma 0.99, train_freq 1, gradient_steps 1, ent_coef auto,
+net_arch [256, 256] ReLU)."""
 
 
 def linear_schedule(initial_value: float) -> Callable[[float], float]:

@@ -33,6 +33,15 @@ class PrioritizedConfig(Section):
         return self.beta + (self.beta_final - self.beta) * min(1.0, max(0.0, progress))
 
 
+class OfflineDataConfig(Section):
+    """Recorded data mixed into every sampled batch (``kilorl record`` writes such datasets)."""
+
+    path: str
+    """Directory of a dataset in Minari's format (its root, or its ``data/``)."""
+    ratio: float = Field(default=0.5, ge=0, le=1)
+    """Share of every batch drawn from the recorded rows: exactly ``round(ratio * batch_size)``."""
+
+
 class ReplayBufferConfig(Section):
     """A replay algorithm's table on the store workers."""
 
@@ -73,6 +82,9 @@ class ReplayBufferConfig(Section):
     n_step: int | None = Field(default=None, ge=1)
     """Steps of reward summed per stored transition (None: the algorithm's ``n_step``); setting
     both to different values is an error."""
+    offline: OfflineDataConfig | None = None
+    """Recorded data mixed into every batch at a fixed share, kept in the learner's process in
+    a table of its own that online inserts never evict (None: online data only)."""
 
     @model_validator(mode="after")
     def _store_only_options(self) -> ReplayBufferConfig:

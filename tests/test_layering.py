@@ -25,7 +25,9 @@ ALLOWED: dict[str, set[str]] = {
     "models": {"config_section", "core", "envs"},
     # algorithms see their own section and a context, never the run config
     "algos": {"config_section", "core", "envs", "models", "comm", "params"},
-    "roles": {"config", "config_section", "core", "envs", "models", "algos", "comm", "params", "store", "monitor"},
+    "datasets": set(),
+    "roles": {"config", "config_section", "core", "envs", "models", "algos", "comm", "params", "store", "monitor",
+              "datasets"},
 }
 # third-party packages a layer must not import: algorithms know nothing of Ray.
 FORBIDDEN_EXTERNAL: dict[str, set[str]] = {

@@ -117,6 +117,19 @@ class BehaviourPolicy(abc.ABC):
 
 
 @dataclass(frozen=True)
+class OfflineRows:
+    """Recorded transitions a replay algorithm mixes into every batch (``replay_buffer.offline``)."""
+
+    columns: dict[str, np.ndarray]
+    """``obs``, ``action`` (in the env's units), ``reward``, ``next_obs``, ``terminated``: one
+    row per recorded step."""
+    ratio: float
+    """Share of every sampled batch drawn from these rows: exactly ``round(ratio * B)``."""
+    source: str = ""
+    """Where the rows came from (the dataset's path), for messages."""
+
+
+@dataclass(frozen=True)
 class LearnerContext:
     """What an algorithm's learner is built with, instead of the whole run config."""
 
@@ -142,6 +155,8 @@ class LearnerContext:
     replay_storage: ReplayStorageFactory | None = None
     """Where a replay algorithm keeps its table's rows (the run's ``replay_buffer`` section:
     the store workers); None: in this process (``kilorl.algos.common.RingTable``)."""
+    offline: OfflineRows | None = None
+    """Recorded data to mix into every batch at a fixed share (``replay_buffer.offline``)."""
 
 
 class RolloutBatch:

@@ -83,6 +83,11 @@ register(AlgorithmSpec(
     data_path="replay",
 ))
 register(AlgorithmSpec(
+    name="sac", config="kilorl.algos.sac.config:SACConfig", learner="kilorl.algos.sac.learner:SACLearner",
+    policy="kilorl.algos.sac.policy:SquashedGaussianPolicy", model="kilorl.algos.sac.model:build_sac_actor",
+    data_path="replay",
+))
+register(AlgorithmSpec(
     name="impala", config="kilorl.algos.impala.config:IMPALAConfig", learner="kilorl.algos.impala.learner:IMPALALearner",
     policy="kilorl.algos.impala.policy:BehaviourLogProb", data_path="queue",
 ))

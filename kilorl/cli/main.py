@@ -15,6 +15,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("kilorl.cli.train", "train an agent from a YAML config"),
     "eval": ("kilorl.cli.evaluate", "evaluate a run directory or checkpoint"),
+    "record": ("kilorl.cli.record", "record episodes to a dataset in Minari's format"),
     "plot": ("kilorl.cli.plot", "plot learning curves of one or more runs to PNG"),
     "store": ("kilorl.cli.store", "run and inspect data-system workers"),
     "topo": ("kilorl.cli.topo", "show this machine's devices and links"),

@@ -26,6 +26,7 @@ from kilorl.roles.evaluation import EpisodeRunner
 from kilorl.roles.grad_comm import make_grad_comm
 from kilorl.roles.heap import retain_freed_memory
 from kilorl.roles.learner_feeds import make_feed, merge_rollouts, stale
+from kilorl.roles.offline_data import offline_rows
 
 __all__ = ["LearnerRole", "build_algorithm", "env_spaces", "merge_rollouts", "stale"]
 
@@ -50,6 +51,7 @@ def learner_context(cfg: Config, obs_space: gym.Space, action_space: gym.Space, 
         world_size=world, envs_per_env_runner=par.envs_per_actor, num_env_runners=par.actor,
         total_env_steps=train.total_env_steps, seed=train.seed, mixed_precision=train.mixed_precision,
         gradient_accumulation_steps=train.gradient_accumulation_steps, replay_storage=replay_storage,
+        offline=offline_rows(cfg, obs_space, action_space),
     )
 
 

@@ -1,0 +1,171 @@
+"""kiloRL SAC vs Stable-Baselines3 SAC on Pendulum-v1: time and env steps to an evaluation of -200.
+
+kiloRL trains ``examples/pendulum_sac.yaml`` (``kilorl train``, rl-zoo's Pendulum-v1 SAC values);
+SB3 trains SAC with the same rl-zoo entry (``zoo_hyperparams.ZOO_SAC``, run by
+``sb3_worker.py --algo sac``). The machinery is ``ppo_vs_peers.py``'s: one subprocess per
+run with a wall-clock budget, kiloRL and SB3 alternated seed by seed (K S, S K, ...) so load
+from other jobs hits both, runs that never get there counted as infinitely slow in the medians.
+
+The threshold rule is the issue's: the first greedy evaluation (10 episodes on an env of their
+own, episode k seeded 2,000,000 + k, every ``--eval-every`` env steps, right after the update
+that consumed them) with a mean of at least -200, within rl-zoo's 20k env steps. Each side's
+evaluation time is left out of its time; "excl. start-up" is kiloRL's ``train_time`` and SB3's
+time from ``learn``'s training start. Both sides use one torch thread.
+
+    python benchmarks/sac_vs_peers.py --seeds 3 --json-out sac.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import ppo_vs_peers as pvp  # noqa: E402  (a sibling script, not a package)
+
+REPO = HERE.parent
+ENV = pvp.BenchEnv("pendulum", "Pendulum-v1", -200.0, 900.0, "examples/pendulum_sac.yaml")
+PEER = "rl-zoo SAC entry (`hyperparams/sac.yml` Pendulum-v1, `zoo_hyperparams.ZOO_SAC`)"
+EVAL_EVERY = 1024
+"""Env steps between evaluations: 32 of the example's 32-step rollouts."""
+EVAL_EPISODES = 10
+
+
+def eval_overrides(every: int) -> list[str]:
+    """kiloRL stops at the first evaluation at the threshold, as the SB3 side does."""
+    return [f"evaluation.every_env_steps={every}", f"evaluation.episodes={EVAL_EPISODES}",
+            f"evaluation.stop_return={ENV.threshold}", "evaluation.stop_consecutive=1",
+            "evaluation.keep_best=false", "train.stop_return=null"]
+
+
+def kilorl_eval_result(seed: int, run_dir: Path, rc: int, timed_out: bool) -> pvp.RunResult:
+    """The first metrics row whose evaluation reached the threshold; its time less every
+    evaluation's own time (``eval_s``) up to and including it."""
+    result = pvp.kilorl_result(ENV, seed, run_dir, rc, timed_out)
+    metrics = run_dir / "metrics.jsonl"
+    rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()] if metrics.is_file() else []
+    result.reached, result.time_s, result.time_incl_startup_s, result.env_steps = False, None, None, None
+    result.stop_reason = "budget" if timed_out else ("step_limit" if rc == 0 else "crashed")
+    eval_s = 0.0
+    for row in rows:
+        eval_s += row.get("eval_s", 0.0)
+        if row.get("eval_return_mean", float("-inf")) >= ENV.threshold:
+            result.reached, result.stop_reason = True, "threshold"
+            result.time_s, result.time_incl_startup_s = row["train_time"] - eval_s, row["wall_time"] - eval_s
+            result.env_steps = row["env_steps"]
+            break
+    evals = [row["eval_return_mean"] for row in rows if "eval_return_mean" in row]
+    result.final_return_mean = evals[-1] if evals else None
+    return result
+
+
+def run_kilorl(config: Path, seed: int, budget_s: float, work: Path, overrides: list[str]) -> pvp.RunResult:
+    run_dir = pvp._fresh(work / f"{ENV.key}-kilorl-seed{seed}")
+    cmd = [sys.executable, "-m", "kilorl.cli.main", "train", str(config), "--run-dir", str(run_dir), "--seed", str(seed),
+           "-o", "train.torch_threads=1", "-o", "logging.progress=false", "-o", "logging.tensorboard=false",
+           *(arg for o in overrides for arg in ("-o", o))]
+    ray_env = {} if os.environ.get("RAY_ADDRESS") else {"RAY_ADDRESS": "local"}
+    t0 = time.time()
+    rc, timed_out, leaked = pvp.run_with_deadline(cmd, run_dir / "logs", t0 + budget_s, extra_env=ray_env)
+    result = kilorl_eval_result(seed, run_dir, rc, timed_out)
+    result.process_wall_s, result.leaked_processes = time.time() - t0, leaked
+    return result
+
+
+def run_sb3(seed: int, budget_s: float, work: Path, every: int) -> pvp.RunResult:
+    run_dir = pvp._fresh(work / f"{ENV.key}-sb3-seed{seed}")
+    out = run_dir / "result.json"
+    t0 = time.time()
+    cmd = [sys.executable, str(HERE / "sb3_worker.py"), "--env", ENV.gym_id, "--seed", str(seed),
+           "--threshold", str(ENV.threshold), "--deadline", str(t0 + budget_s), "--out", str(out), "--algo", "sac",
+           "--eval-every", str(every), "--eval-episodes", str(EVAL_EPISODES)]
+    rc, timed_out, leaked = pvp.run_with_deadline(cmd, run_dir / "logs", t0 + budget_s + 60.0)
+    result = pvp.RunResult("SB3", ENV.key, seed, reached=False, stop_reason="budget" if timed_out else "crashed",
+                           run_dir=str(run_dir))
+    if rc == 0 and out.is_file():
+        data = json.loads(out.read_text())
+        evals = data.get("evaluations") or []
+        result = pvp.RunResult("SB3", ENV.key, seed, reached=data["reached"], stop_reason=data["stop_reason"],
+                               time_s=data.get("time_s"), time_incl_startup_s=data.get("time_incl_startup_s"),
+                               env_steps=data.get("env_steps"), startup_s=data["startup_s"],
+                               env_steps_total=data["env_steps_total"],
+                               final_return_mean=evals[-1][1] if evals else None, run_dir=str(run_dir))
+    elif rc != 0:
+        result.error = f"exit code {rc}: " + pvp._tail(run_dir / "logs" / "stderr.log")
+    result.process_wall_s, result.leaked_processes = time.time() - t0, leaked
+    return result
+
+
+def run_pairs(seeds: list[int], frameworks: list[str], config: Path, budget_s: float, work: Path,
+              overrides: list[str], every: int) -> list[pvp.RunResult]:
+    """Every seed's kiloRL and SB3 run, kiloRL first on even pairs, SB3 first on odd ones."""
+    results: list[pvp.RunResult] = []
+    for i, seed in enumerate(seeds):
+        order = ("kiloRL", "SB3") if i % 2 == 0 else ("SB3", "kiloRL")
+        for fw in (f for f in order if f in frameworks):
+            print(f"[{datetime.now(UTC):%H:%M:%S}] {ENV.gym_id} SAC {fw} seed {seed} ...", file=sys.stderr, flush=True)
+            r = run_kilorl(config, seed, budget_s, work, overrides) if fw == "kiloRL" else run_sb3(seed, budget_s, work, every)
+            results.append(r)
+            print(f"    reached={r.reached} time_s={pvp._fmt(r.time_s)} steps={pvp._fmt(r.env_steps, thousands=True)} "
+                  f"stop={r.stop_reason} last_eval={pvp._fmt(r.final_return_mean)}"
+                  + (f" error={r.error}" if r.error else ""), file=sys.stderr, flush=True)
+    return results
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=pvp.parse_seeds, default=pvp.parse_seeds("3"), help="count (3 = seeds 1..3) or list 1,5,9")
+    p.add_argument("--frameworks", type=pvp.parse_frameworks, default=list(pvp.FRAMEWORKS),
+                   help="comma list of kiloRL, SB3 (one alone: no ratio)")
+    p.add_argument("--budget-s", type=float, default=ENV.budget_s, help="wall-clock budget per run, seconds")
+    p.add_argument("--config", type=Path, default=REPO / ENV.default_config, help=f"kiloRL config (default {ENV.default_config})")
+    p.add_argument("--kilorl-override", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="extra -o override for every kiloRL run (repeatable; recorded in the JSON)")
+    p.add_argument("--eval-every", type=int, default=EVAL_EVERY, help="env steps between evaluations")
+    p.add_argument("--json-out", type=Path, help="write all runs and the summary here as JSON")
+    p.add_argument("--work-dir", type=Path, help="where run directories go (default runs/sac_vs_peers/<time>)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.budget_s <= 0 or args.eval_every <= 0:
+        print("error: --budget-s and --eval-every must be positive", file=sys.stderr)
+        return 2
+    overrides = [*eval_overrides(args.eval_every), *args.kilorl_override]
+    from kilorl.config import load_config
+
+    name = load_config(str(args.config), list(overrides)).algo.name
+    if name != "sac":
+        print(f"error: kiloRL config {args.config} trains algo.name={name!r}, not 'sac'", file=sys.stderr)
+        return 2
+    started = datetime.now(UTC)
+    work = args.work_dir or REPO / "runs" / "sac_vs_peers" / started.strftime("%Y%m%d-%H%M%S")
+    results = run_pairs(args.seeds, args.frameworks, args.config, args.budget_s, work, overrides, args.eval_every)
+    summary = pvp.summarize(results)
+    shown = pvp._shown(args.config)
+    rule = (f"the first greedy evaluation ({EVAL_EPISODES} episodes every {args.eval_every:,} env steps) at a mean of "
+            f"{ENV.threshold:g}")
+    print(pvp.markdown(ENV, results, summary, args.budget_s, shown, overrides, peer=PEER, rule=rule) + "\n", flush=True)
+    report = {
+        "started_utc": started.isoformat(timespec="seconds"), "command": sys.argv, "cpu_count": os.cpu_count(),
+        "load_average": os.getloadavg(), "gym_id": ENV.gym_id, "threshold": ENV.threshold, "budget_s": args.budget_s,
+        "eval_every": args.eval_every, "kilorl_config": shown, "kilorl_overrides": overrides,
+        "runs": [asdict(r) for r in results],
+        "summary": {k: asdict(v) if isinstance(v, pvp.FrameworkSummary) else v for k, v in summary.items()},
+    }
+    if args.json_out:
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        args.json_out.write_text(json.dumps(pvp._json_safe(report), indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
