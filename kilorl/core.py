@@ -19,7 +19,7 @@ import abc
 import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -95,8 +95,15 @@ class RolloutInfo(TypedDict):
     episode_returns: list[float]
     episode_lengths: list[int]
     collect_s: float
+    """Seconds from the parameters in hand to the rollout built."""
     wait_s: float
     """Seconds spent waiting for the parameters the rollout needed."""
+    env_step_s: NotRequired[float]
+    """Of ``collect_s``: seconds in the environments' steps (waiting for them, in subprocesses)."""
+    inference_s: NotRequired[float]
+    """Of ``collect_s``: seconds in the behaviour policy."""
+    handoff_s: NotRequired[float]
+    """Seconds handing the finished rollout over (writing it to the store worker), after ``collect_s``."""
 
 
 class ParameterStore(abc.ABC):
