@@ -11,10 +11,15 @@ metric rows over the ``train_time`` between them; Sample Factory, "Total num fra
 first non-zero and last ``Fps is`` log lines over their timestamps. Lag: kiloRL's per-row
 ``policy_lag_min`` / ``policy_lag`` / ``policy_lag_max`` (min, mean, max over rows); Sample
 Factory's ``Policy #0 lag: (min, avg, max)`` lines likewise. Reported: medians over runs and the
-kiloRL/SF frames/s ratio of the medians.
+kiloRL/SF frames/s ratio of the medians. kiloRL's runs also report the env runners' stage shares
+(the rows' ``collect_share_*``, averaged) and every run the load average before and after it.
 
     nice -n 19 python benchmarks/throughput_bench.py --runs 3 --frames 200000 --sf-python /work/sfvenv/bin/python \\
         --out benchmarks/results/throughput.json
+
+``--env LunarLander-v3`` runs the other environment (Box2D needed on both sides);
+``--env-groups 2 --vector-env subprocesses`` gives kiloRL's runners double-buffered sampling;
+``--sweep 1,2,4`` runs only kiloRL, once per env-runner count, for the scaling table.
 """
 
 from __future__ import annotations
@@ -36,8 +41,15 @@ SF_FPS = re.compile(r"\[(\d{4}-\S+ \S+)\]\[\d+\] Fps is .*Total num frames: (\d+
 SF_LAG = re.compile(r"Policy #0 lag: \(min: ([-\d.]+), avg: ([-\d.]+), max: ([-\d.]+)\)")
 
 
+def load() -> float:
+    """The 1-minute load average: how busy the machine was."""
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
 def kilorl_run(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
     overrides = [f"train.total_env_steps={args.frames}", f"parallelism.actor={args.workers}",
+                 f"env.id={args.env}", f"parallelism.env_groups={args.env_groups}",
+                 f"parallelism.vector_env={args.vector_env}",
                  f"parallelism.envs_per_actor={args.envs}", "algo.rollout_length=32", "algo.queue.rollouts_per_batch=2",
                  "evaluation.every_env_steps=null", "evaluation.keep_best=false", "logging.report_every_s=1.0",
                  "logging.progress=false", "logging.tensorboard=false", "checkpoint.every_env_steps=null"]
@@ -49,13 +61,15 @@ def kilorl_run(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     rows = [r for r in rows if "policy_lag" in r]
     first, last = rows[0], rows[-1]
+    shares = sorted({k for r in rows for k in r if k.startswith("collect_share_")})
     return {"frames_per_s": (last["env_steps"] - first["env_steps"]) / (last["train_time"] - first["train_time"]),
             "lag_min": min(r["policy_lag_min"] for r in rows), "lag_mean": statistics.mean(r["policy_lag"] for r in rows),
-            "lag_max": max(r["policy_lag_max"] for r in rows), "frames": last["env_steps"]}
+            "lag_max": max(r["policy_lag_max"] for r in rows), "frames": last["env_steps"],
+            **{k: statistics.mean(r[k] for r in rows if k in r) for k in shares}}
 
 
 def sf_run(args: argparse.Namespace, train_dir: Path) -> dict[str, Any]:
-    cmd = [args.sf_python, "-m", "sf_examples.train_gym_env", "--algo=APPO", "--env=CartPole-v1", "--use_rnn=False",
+    cmd = [args.sf_python, "-m", "sf_examples.train_gym_env", "--algo=APPO", f"--env={args.env}", "--use_rnn=False",
            f"--num_workers={args.workers}", f"--num_envs_per_worker={args.envs}", "--rollout=32", "--batch_size=512",
            "--device=cpu", f"--train_for_env_steps={args.frames}", "--experiment=bench", f"--train_dir={train_dir}",
            "--save_every_sec=100000", "--with_wandb=False", "--seed=1"]
@@ -84,22 +98,31 @@ def main() -> None:
     p.add_argument("--envs", type=int, default=8)
     p.add_argument("--sf-python", default="/work/sfvenv/bin/python")
     p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--env", default="CartPole-v1")
+    p.add_argument("--env-groups", type=int, default=1, help="kiloRL's parallelism.env_groups")
+    p.add_argument("--vector-env", default="in_process", choices=["in_process", "subprocesses"])
+    p.add_argument("--sweep", help="kiloRL only: env-runner counts, e.g. 1,2,4 (each --runs times)")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     runs: list[dict[str, Any]] = []
+    plan = [(f"kilorl_{w}", kilorl_run, int(w)) for w in args.sweep.split(",")] if args.sweep else \
+        [("kilorl", kilorl_run, args.workers), ("sample_factory", sf_run, args.workers)]
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.runs):
-            for side, fn in (("kilorl", kilorl_run), ("sample_factory", sf_run)):
-                t0 = time.time()
-                r = {"side": side, "run": i, **fn(args, Path(tmp) / f"{side}{i}"), "wall_s": time.time() - t0}
+            for side, fn, workers in plan:
+                t0, load0 = time.time(), load()
+                r = {"side": side, "run": i, "workers": workers,
+                     **fn(argparse.Namespace(**(vars(args) | {"workers": workers})), Path(tmp) / f"{side}{i}"),
+                     "wall_s": time.time() - t0, "load_before": load0, "load_after": load()}
                 runs.append(r)
                 shown = {k: (v[-300:] if k == "error" else v) for k, v in r.items()}
                 print(json.dumps(shown), flush=True)
     med = {side: {k: statistics.median(r[k] for r in runs if r["side"] == side and r.get(k) is not None)
                   for k in ("frames_per_s", "lag_mean", "lag_max")}
-           for side in ("kilorl", "sample_factory") if any(r["side"] == side and "error" not in r for r in runs)}
+           for side in dict.fromkeys(side for side, _, _ in plan)
+           if any(r["side"] == side and "error" not in r for r in runs)}
     summary = {"medians": med}
-    if len(med) == 2:
+    if "kilorl" in med and "sample_factory" in med:
         summary["kilorl_over_sf_frames_per_s"] = med["kilorl"]["frames_per_s"] / med["sample_factory"]["frames_per_s"]
     print(json.dumps(summary, indent=1))
     if args.out:

@@ -116,12 +116,23 @@ class ParallelismConfig(_Section):
     """Gymnasium vector env inside an env runner: every env in its process (Gymnasium's
     ``SyncVectorEnv``) or one subprocess per env (``AsyncVectorEnv``). Not "sync"/"async":
     those words belong to the ``sync`` section (how env runners follow parameter versions)."""
+    env_groups: int = Field(default=1, ge=1)
+    """Groups the env runner's envs are cut into (``envs_per_actor`` must be a multiple): with
+    ``vector_env: subprocesses`` one group's envs step while the policy acts on the next group's
+    (double-buffered sampling); 1: all envs step together."""
 
     @field_validator("vector_env", mode="before")
     @classmethod
     def _legacy_vector_env(cls, value: Any) -> Any:
         """Run directories written before the rename say ``sync`` / ``async``: read them as such."""
         return {"sync": "in_process", "async": "subprocesses"}.get(value, value) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _groups_divide_envs(self) -> ParallelismConfig:
+        if self.envs_per_actor % self.env_groups:
+            raise ValueError(f"parallelism.envs_per_actor={self.envs_per_actor} must be a multiple of "
+                             f"parallelism.env_groups={self.env_groups}")
+        return self
 
 
 class RoleResources(_Section):

@@ -95,11 +95,18 @@ class RolloutInfo(TypedDict):
     episode_returns: list[float]
     episode_lengths: list[int]
     collect_s: float
+    """Seconds from the parameters in hand to the rollout built."""
     wait_s: float
     """Seconds spent waiting for the parameters the rollout needed."""
     agent_returns: NotRequired[dict[str, list[float]]]
     """Multi-agent environments only: each agent's own return in the episodes that ended
     (``episode_returns`` holds their sums)."""
+    env_step_s: NotRequired[float]
+    """Of ``collect_s``: seconds in the environments' steps (waiting for them, in subprocesses)."""
+    inference_s: NotRequired[float]
+    """Of ``collect_s``: seconds in the behaviour policy."""
+    handoff_s: NotRequired[float]
+    """Seconds handing the finished rollout over (writing it to the store worker), after ``collect_s``."""
 
 
 class ParameterStore(abc.ABC):

@@ -22,8 +22,8 @@ from kilorl.algos import get as get_algorithm
 from kilorl.algos import keys
 from kilorl.algos.api import BehaviourPolicy, EnvRunnerContext, State, StepContext
 from kilorl.core import Actor, ParameterStore, Rollout, RolloutInfo
-from kilorl.envs import make_vector_env
 from kilorl.envs.agent_columns import AgentColumns
+from kilorl.envs.groups import EnvGroups
 from kilorl.envs.normalization import Moments, normalize
 from kilorl.roles.heap import retain_freed_memory
 from kilorl.roles.policy_copy import COPY_IN_MAX_BYTES, PolicyCopy
@@ -51,12 +51,12 @@ class EnvRunner(Actor):
         spec = get_algorithm(cfg.algo.name)
         env = cfg.env
         n = cfg.parallelism.envs_per_actor
-        self.envs = make_vector_env(env.id, n, env.kwargs, env.max_episode_steps,
-                                    asynchronous=cfg.parallelism.vector_env == "subprocesses",
-                                    max_num_agents=env.max_num_agents,
-                                    policy_mapping=cfg.multi_agent.policy_mapping if cfg.multi_agent else None,
-                                    critic_state=bool(cfg.multi_agent and cfg.multi_agent.centralized_critic == "state"))
-        self.agents = self.envs if isinstance(self.envs, AgentColumns) else None
+        self.envs = EnvGroups(env.id, n, cfg.parallelism.env_groups, env.kwargs, env.max_episode_steps,
+                              asynchronous=cfg.parallelism.vector_env == "subprocesses",
+                              max_num_agents=env.max_num_agents,
+                              policy_mapping=cfg.multi_agent.policy_mapping if cfg.multi_agent else None,
+                              critic_state=bool(cfg.multi_agent and cfg.multi_agent.centralized_critic == "state"))
+        self.agents = self.envs.agents
         """The agent columns of a PettingZoo environment (None: a Gymnasium one)."""
         if self.agents is not None:
             self._check_agent_columns(self.agents, spec.alive_mask)
@@ -66,13 +66,14 @@ class EnvRunner(Actor):
         sync = cfg.sync
         self.copy = PolicyCopy(store, self.model, obs_space.shape, env.normalize_obs, env.normalize_reward,
                                mode=sync.mode, groups=sync.groups, max_staleness=sync.staleness(cfg.train.pipeline_depth))
-        self.context = EnvRunnerContext(index=index, num_env_runners=cfg.parallelism.actor, num_envs=self.envs.num_envs,
+        columns = self.envs.num_envs
+        self.context = EnvRunnerContext(index=index, num_env_runners=cfg.parallelism.actor, num_envs=columns,
                                         obs_space=obs_space, action_space=act_space, seed=seed,
                                         total_env_steps=cfg.train.total_env_steps, run_seed=cfg.train.seed,
                                         model_state=self._model_state if getattr(self.model, "recurrent", False) else None)
         self.policy: BehaviourPolicy = spec.load("policy")(cfg.algo, self.context)
-        self.obs, _ = self.envs.reset(seed=seed)
-        columns = self.envs.num_envs
+        self.group_obs = self.envs.reset(seed=seed)
+        """Each env group's current observations."""
         self.state: State = self.policy.initial_state(columns)
         self.discount = cfg.algo.discount
         self.discounted = np.zeros(columns, np.float64)
@@ -93,12 +94,17 @@ class EnvRunner(Actor):
             problem = (f"model.actor_inputs={cfg.model.actor_inputs}: with multi_agent.centralized_critic: state "
                        f"it must be one agent's observation size, {agents.agent_obs_dim}")
         if problem is not None:
-            agents.close()
+            self.envs.close()
             raise ValueError(problem)
 
     def _model_state(self, n: int) -> State:
         """The recurrent model's state for ``n`` fresh episodes, as numpy arrays."""
         return {k: v.numpy() for k, v in self.model.initial_state(n).items()}
+
+    @property
+    def obs(self) -> np.ndarray:
+        """The current observations of all envs, ``[N, ...]``."""
+        return self.group_obs[0] if len(self.group_obs) == 1 else np.concatenate(self.group_obs)
 
     @property
     def version(self) -> int:
@@ -130,54 +136,37 @@ class EnvRunner(Actor):
 
     # ---- rollout ------------------------------------------------------------------------
     def collect(self, min_version: int, env_steps: int = 0) -> tuple[Rollout, RolloutInfo]:
+        """One rollout of ``rollout_length`` steps. With several env groups, group ``g`` steps
+        (in its subprocesses) while the policy acts on the next group: sampling double-buffered."""
         wait_s = self.copy.sync(min_version)
         t0 = time.perf_counter()
         T, N = self.cfg.algo.rollout_length, self.envs.num_envs
-        steps = self._empty_steps(T, N)
-        start_state = {k: v.copy() for k, v in self.state.items()}
-        finals = FinalObservations()
-        raw_obs = np.zeros((T, N, *self.envs.single_observation_space.shape), np.float64) if self.cfg.env.normalize_obs else None
-        raw_returns = np.zeros((T, N), np.float64)
-        episodes_r: list[float] = []
-        episodes_l: list[int] = []
+        buf = _RolloutBuffers(self._empty_steps(T, N), {k: v.copy() for k, v in self.state.items()},
+                              np.zeros((T, N, *self.envs.single_observation_space.shape), np.float64)
+                              if self.cfg.env.normalize_obs else None, np.zeros((T, N), np.float64))
         copies = self.agents.num_copies if self.agents is not None else N  # env steps per step of the vector
-        per_step = copies * self.cfg.parallelism.actor
         for t in range(T):
-            if self.agents is not None:
-                steps[keys.ALIVE][t] = self.agents.alive
-            if raw_obs is not None:
-                raw_obs[t] = self.obs
-            obs_in = self._observed(self.obs)
-            steps[keys.OBS][t] = obs_in
-            ctx = StepContext(env_steps + t * per_step, self.version, self.index)
-            with torch.no_grad():
-                actions, extras, self.state = self.policy.act(self.model, torch.from_numpy(obs_in), self.state, ctx)
-            steps[keys.ACTIONS][t] = actions.numpy()
-            for k, v in extras.items():
-                steps[k][t] = v
-            self.obs, reward, terminated, truncated, info = self.envs.step(self.model.to_env_action(actions))
-            reward = np.asarray(reward, np.float64)
-            done, raw_returns[t] = self._account(reward, terminated, truncated, episodes_r, episodes_l)
-            steps[keys.REWARDS][t] = self._scale(reward)
-            steps[keys.TERMINATED][t] = terminated
-            steps[keys.TRUNCATED][t] = truncated
-            if done.any():
-                idx = np.flatnonzero(done)
-                # the final observations' bootstrap values use the state before the reset
-                finals.add(t, idx, self._observed(np.stack([info["final_obs"][i] for i in idx])),
-                           {k: v[idx].copy() for k, v in self.state.items()})
-                self.state = self.policy.reset(self.state, done)
+            ctx = StepContext(env_steps + t * copies * self.cfg.parallelism.actor, self.version, self.index)
+            for g in range(len(self.envs.slices)):
+                if t:
+                    self._finish_step(g, t - 1, buf)
+                self._act(g, t, ctx, buf)
+        for g in range(len(self.envs.slices)):
+            self._finish_step(g, T - 1, buf)
+        t_last = time.perf_counter()
         last_obs = self._observed(self.obs)
-        final, last = finals.record(self.policy, self.model, last_obs, self.state)
-        moments = {keys.RET_MOMENTS: [Moments.of(raw_returns)]} if self.cfg.env.normalize_reward else {}
-        if raw_obs is not None:
-            moments[keys.OBS_MOMENTS] = [Moments.of(raw_obs, self.envs.single_observation_space.shape)]
-        rollout = Rollout(steps=steps, last=last, moments=moments, version=self.version, final=final,
-                          state=start_state, env_steps_before=env_steps,
+        final, last = buf.finals.record(self.policy, self.model, last_obs, self.state)
+        buf.inference_s += time.perf_counter() - t_last
+        moments = {keys.RET_MOMENTS: [Moments.of(buf.raw_returns)]} if self.cfg.env.normalize_reward else {}
+        if buf.raw_obs is not None:
+            moments[keys.OBS_MOMENTS] = [Moments.of(buf.raw_obs, self.envs.single_observation_space.shape)]
+        rollout = Rollout(steps=buf.steps, last=last, moments=moments, version=self.version, final=final,
+                          state=buf.start_state, env_steps_before=env_steps,
                           column_versions=np.full(N, self.version, np.int64))
         info_out = RolloutInfo(
-            actor=self.index, version=self.version, env_steps=T * copies, episode_returns=episodes_r,
-            episode_lengths=episodes_l, collect_s=time.perf_counter() - t0, wait_s=wait_s,
+            actor=self.index, version=self.version, env_steps=T * copies, episode_returns=buf.episodes_r,
+            episode_lengths=buf.episodes_l, collect_s=time.perf_counter() - t0, wait_s=wait_s,
+            env_step_s=buf.env_step_s, inference_s=buf.inference_s,
         )
         if self.agents is not None:
             self._agent_episodes(info_out)
@@ -196,6 +185,62 @@ class EnvRunner(Actor):
                 per_agent.setdefault(agent, []).append(ret)
         info["agent_returns"] = per_agent
 
+    def _act(self, g: int, t: int, ctx: StepContext, buf: _RolloutBuffers) -> None:
+        """Record group ``g``'s observations at step ``t``, act on them and start its env step."""
+        t_start = time.perf_counter()
+        cols, raw = self.envs.slices[g], self.group_obs[g]
+        if self.agents is not None:  # the agents acting at step t (one group)
+            buf.steps[keys.ALIVE][t, cols] = self.agents.alive
+        if buf.raw_obs is not None:
+            buf.raw_obs[t, cols] = raw
+        obs_in = self._observed(raw)
+        buf.steps[keys.OBS][t, cols] = obs_in
+        with torch.no_grad():
+            actions, extras, state = self.policy.act(self.model, torch.from_numpy(obs_in), self._rows(cols), ctx)
+        self._set_rows(cols, state)
+        buf.steps[keys.ACTIONS][t, cols] = actions.numpy()
+        for k, v in extras.items():
+            buf.steps[k][t, cols] = v
+        env_actions = self.model.to_env_action(actions)
+        t_env = time.perf_counter()
+        self.envs.step_async(g, env_actions)
+        t_end = time.perf_counter()
+        buf.inference_s += t_env - t_start
+        buf.env_step_s += t_end - t_env
+
+    def _finish_step(self, g: int, t: int, buf: _RolloutBuffers) -> None:
+        """Wait for group ``g``'s step ``t`` and record it; reset the state of finished episodes."""
+        t_start = time.perf_counter()
+        cols = self.envs.slices[g]
+        self.group_obs[g], reward, terminated, truncated, info = self.envs.step_wait(g)
+        buf.env_step_s += time.perf_counter() - t_start
+        reward = np.asarray(reward, np.float64)
+        done, buf.raw_returns[t, cols] = self._account(cols, reward, terminated, truncated, buf.episodes_r,
+                                                       buf.episodes_l)
+        buf.steps[keys.REWARDS][t, cols] = self._scale(reward)
+        buf.steps[keys.TERMINATED][t, cols] = terminated
+        buf.steps[keys.TRUNCATED][t, cols] = truncated
+        if done.any():
+            idx = np.flatnonzero(done)
+            rows = self._rows(cols)
+            # the final observations' bootstrap values use the state before the reset
+            buf.finals.add(t, idx + cols.start, self._observed(np.stack([info["final_obs"][i] for i in idx])),
+                           {k: v[idx].copy() for k, v in rows.items()})
+            self._set_rows(cols, self.policy.reset(rows, done))
+
+    def _rows(self, cols: slice) -> State:
+        """The behaviour policy's state of one group's envs (all of it with one group)."""
+        if len(self.envs.slices) == 1:
+            return self.state
+        return {k: v[cols] for k, v in self.state.items()}
+
+    def _set_rows(self, cols: slice, state: State) -> None:
+        if len(self.envs.slices) == 1:
+            self.state = state
+            return
+        for k, v in state.items():
+            self.state[k][cols] = v
+
     def _empty_steps(self, T: int, N: int) -> dict[str, np.ndarray]:
         space = self.envs.single_observation_space
         obs_dtype = np.float32 if self.cfg.env.normalize_obs else space.dtype
@@ -211,22 +256,41 @@ class EnvRunner(Actor):
             **{k: np.zeros((T, N, *e.shape), e.dtype) for k, e in self.policy.extras.items()},
         }
 
-    def _account(self, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+    def _account(self, cols: slice, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
                  episodes_r: list[float], episodes_l: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Episode returns/lengths; returns ``done`` and the discounted return (for reward scaling)."""
+        """Episode returns/lengths of one group's envs; returns ``done`` and the discounted return
+        (for reward scaling)."""
         done = np.logical_or(terminated, truncated)
-        self.ep_return += reward
-        self.ep_length += 1
+        ep_return, ep_length, discounted = self.ep_return[cols], self.ep_length[cols], self.discounted[cols]
+        ep_return += reward  # views: the runner's own arrays
+        ep_length += 1
         if self.discount is not None:
-            self.discounted = self.discounted * self.discount + reward
-        discounted = self.discounted.copy()
+            discounted *= self.discount
+            discounted += reward
+        out = discounted.copy()
         for i in np.flatnonzero(done):
-            episodes_r.append(float(self.ep_return[i]))
-            episodes_l.append(int(self.ep_length[i]))
-        self.ep_return[done] = 0.0
-        self.ep_length[done] = 0
-        self.discounted[done] = 0.0
-        return done, discounted
+            episodes_r.append(float(ep_return[i]))
+            episodes_l.append(int(ep_length[i]))
+        ep_return[done] = 0.0
+        ep_length[done] = 0
+        discounted[done] = 0.0
+        return done, out
 
     def close(self) -> None:
         self.envs.close()
+
+
+class _RolloutBuffers:
+    """What one rollout fills in as its env groups step: the step record, the finished
+    episodes, the normalisers' raw statistics and the stage times."""
+
+    def __init__(self, steps: dict[str, np.ndarray], start_state: State, raw_obs: np.ndarray | None,
+                 raw_returns: np.ndarray) -> None:
+        self.steps, self.start_state, self.raw_obs, self.raw_returns = steps, start_state, raw_obs, raw_returns
+        self.finals = FinalObservations()
+        self.episodes_r: list[float] = []
+        self.episodes_l: list[int] = []
+        self.env_step_s = 0.0
+        """Seconds the runner spent in its environments' steps (waiting for them, in subprocesses)."""
+        self.inference_s = 0.0
+        """Seconds in the behaviour policy (acting, and the bootstrap values of the rollout's end)."""

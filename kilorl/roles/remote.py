@@ -11,6 +11,7 @@ around its parameter store, the shell reports what the role returns.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from kilorl.core import Actor, CheckpointFiles, Learner, Rollout, RolloutInfo
@@ -44,7 +45,12 @@ class ActorProcess(Actor):
         rollout, info = self._role.collect(min_version, env_steps)
         if self._report is not None:
             self._report.rollout(info)
-        return (rollout if self._writer is None else self._writer.put(rollout)), info
+        if self._writer is None:
+            return rollout, info  # Ray moves the returned rollout after this call: no hand-off to time here
+        t0 = time.perf_counter()
+        handle = self._writer.put(rollout)
+        info["handoff_s"] = time.perf_counter() - t0
+        return handle, info
 
     def memory_status(self) -> list[Any]:
         """This role's leak-detector verdicts (``MemoryStatus``); empty with monitoring off."""

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from kilorl.config import Config
+from kilorl.core import RolloutInfo
 from kilorl.trainer.data_path import IterationResult
 from kilorl.trainer.metrics import MetricsWriter
 
@@ -66,6 +67,7 @@ class Reporter:
             "collect_s": float(np.mean([i["collect_s"] for i in infos])),
             "actor_wait_s": float(np.mean([i["wait_s"] for i in infos])),
             "policy_lag": float(np.mean([it.iteration - 1 - i["version"] for i in infos])),
+            **collect_shares(infos),
             **it.stats,
         }
         if self.returns:
@@ -78,3 +80,25 @@ class Reporter:
         """The driver's counters, saved with the learner's state."""
         return {"env_steps": env_steps, "iteration": iteration, "version": iteration, "episodes": self.episodes,
                 "wall_time": self.wall_time(), "recent_returns": list(self.returns)}
+
+
+def collect_shares(infos: list[RolloutInfo]) -> dict[str, float]:
+    """Where the env runners' time per rollout went, as shares of it: ``collect_share_env``
+    (environment steps), ``_inference`` (the behaviour policy), ``_other`` (the rest of the
+    collection: recording, bookkeeping), ``_wait`` (for parameters) and ``_handoff`` (the
+    rollout written to the store worker; only with ``store.transport: store``)."""
+    timed = [i for i in infos if "env_step_s" in i]
+    if not timed:
+        return {}
+    env = sum(i["env_step_s"] for i in timed)
+    inference = sum(i.get("inference_s", 0.0) for i in timed)
+    collect = sum(i["collect_s"] for i in timed)
+    wait = sum(i["wait_s"] for i in timed)
+    handoff = sum(i.get("handoff_s", 0.0) for i in timed)
+    total = collect + wait + handoff
+    if total <= 0:
+        return {}
+    shares = {"env": env, "inference": inference, "other": max(collect - env - inference, 0.0), "wait": wait}
+    if any("handoff_s" in i for i in timed):
+        shares["handoff"] = handoff
+    return {f"collect_share_{k}": v / total for k, v in shares.items()}
