@@ -22,12 +22,19 @@ its model minus the driver's just before it starts publishing (CLOCK_MONOTONIC i
 for every process of a Linux machine). Versions are paced: the next is published only after
 every actor has acknowledged the previous one, so each sample is one isolated sync.
 
+With ``--raylets N`` (N >= 2) the actors are spread over N raylets of one
+``ray.cluster_utils.Cluster`` (actor ``i`` on raylet ``i % N``, Ray's broadcast readers too),
+each raylet with its own store worker (the first ``--head``, the others ``--join`` it): the
+learner (the driver, on the first raylet) writes shard ``k`` to raylet ``k % N``'s worker
+and the commit record to its own (``shard_homes``), and each actor reads from its own
+raylet's worker, which pulls the shards it lacks once for its raylet's actors.
+
 With ``--runs R`` the whole comparison runs ``R`` times (fresh actors each time; the two
 kiloRL ways take turns going first) and every cell is the median over the runs of that
 run's p50 / p99.
 
     python benchmarks/param_sync_bench.py [--actors 4] [--small-versions 200] [--large-versions 15] [--runs 3]
-                                          [--json out.json]
+                                          [--raylets 2] [--json out.json]
 """
 
 from __future__ import annotations
@@ -60,13 +67,15 @@ def make_params(shapes: list[tuple[int, ...]], fill: float) -> dict[str, torch.T
     return {f"t{i}": torch.full(s, fill) for i, s in enumerate(shapes)}
 
 
-def start_worker(tmp: Path, shm: str) -> tuple[subprocess.Popen, str, str]:
+def start_worker(tmp: Path, shm: str, token: str | None = None, mesh: list[str] = (),
+                 name: str = "worker") -> tuple[subprocess.Popen, str, str]:
+    """A store worker; ``mesh``: its ``--head`` / ``--join ADDR`` / ``--cluster-name`` options."""
     from kilorl.store import StoreClient
 
-    run_dir = tmp / "worker"
-    token = secrets.token_hex(16)
+    run_dir = tmp / name
+    token = token or secrets.token_hex(16)
     cmd = [sys.executable, "-m", "kilorl.cli.main", "store", "start", "--foreground", "--port", "0",
-           "--run-dir", str(run_dir), "--shm-size", shm, "--keep-versions", "2", "--token", token]
+           "--run-dir", str(run_dir), "--shm-size", shm, "--keep-versions", "2", "--token", token, *mesh]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     info = run_dir / "worker.json"
     deadline = time.monotonic() + 60
@@ -135,19 +144,21 @@ class Acks:
 
 
 def bench_store(ray, actors_n: int, shapes, versions: int, address: str, token: str | None, shards: int,
-                name: str, share: bool) -> tuple[list[float], dict[str, float]]:
+                name: str, share: bool, nodes: Nodes | None = None) -> tuple[list[float], dict[str, float]]:
     """Latencies of every (version, actor), and the median time from the publish's start to
     each stage (``STAGES``): the publish call returning (driver), the actor's ``wait``
     returning with the version's bytes, the bytes copied into its model."""
     from kilorl.params.store_backed import StoreParameterStore
     from kilorl.store import StoreClient
 
+    homes = nodes.homes(shards, token) if nodes else []
+
     @ray.remote(num_cpus=0)
     class Reader:
-        def __init__(self, rank: int, fifo: str) -> None:
+        def __init__(self, rank: int, fifo: str, at: str) -> None:
             self.rank = rank
             self.model = make_params(shapes, 0.0)
-            self.ps = StoreParameterStore(lambda: StoreClient(address, token=token), num_shards=shards)
+            self.ps = StoreParameterStore(lambda: StoreClient(at, token=token), num_shards=shards, shard_homes=homes)
             self.ack = os.open(fifo, os.O_WRONLY)
 
         def listen(self, versions: int) -> list[tuple[float, float]]:
@@ -165,10 +176,11 @@ def bench_store(ray, actors_n: int, shapes, versions: int, address: str, token: 
             return got
 
     acks = Acks(Path(tempfile.mkdtemp()) / "acks")
-    actors = [Reader.remote(i, str(acks.path)) for i in range(actors_n)]
+    actors = [Reader.options(**(nodes.pin(i) if nodes else {})).remote(
+        i, str(acks.path), nodes.address_of(i) if nodes else address) for i in range(actors_n)]
     ray.get([a.__ray_ready__.remote() for a in actors])
     done = [a.listen.remote(versions) for a in actors]
-    writer = StoreParameterStore(lambda: StoreClient(address, token=token), num_shards=shards)
+    writer = StoreParameterStore(lambda: StoreClient(address, token=token), num_shards=shards, shard_homes=homes)
     starts, published = [], []
     for v in range(1, versions + 1):
         params = make_params(shapes, float(v))  # built before the clock starts
@@ -186,7 +198,7 @@ def bench_store(ray, actors_n: int, shapes, versions: int, address: str, token: 
     return stages[2], {stage: float(np.median(xs)) * 1e3 for stage, xs in zip(STAGES, stages)}
 
 
-def bench_ray(ray, actors_n: int, shapes, versions: int) -> list[float]:
+def bench_ray(ray, actors_n: int, shapes, versions: int, nodes: Nodes | None = None) -> list[float]:
     @ray.remote(num_cpus=0)
     class RayReader:
         def __init__(self) -> None:
@@ -198,7 +210,7 @@ def bench_ray(ray, actors_n: int, shapes, versions: int) -> list[float]:
             assert float(self.model["t0"].reshape(-1)[0]) == float(v)
             return t
 
-    actors = [RayReader.remote() for _ in range(actors_n)]
+    actors = [RayReader.options(**(nodes.pin(i) if nodes else {})).remote() for i in range(actors_n)]
     ray.get([a.__ray_ready__.remote() for a in actors])
     out = []
     for v in range(1, versions + 1):
@@ -210,6 +222,61 @@ def bench_ray(ray, actors_n: int, shapes, versions: int) -> list[float]:
     for a in actors:
         ray.kill(a)
     return out
+
+
+class Nodes:
+    """Several raylets, a store worker each (one mesh): where actor ``i`` runs and reads."""
+
+    def __init__(self, node_ids: list[str], addresses: list[str]) -> None:
+        self.node_ids, self.addresses = node_ids, addresses
+
+    def pin(self, i: int) -> dict:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        return {"scheduling_strategy": NodeAffinitySchedulingStrategy(self.node_ids[i % len(self.node_ids)], soft=False)}
+
+    def address_of(self, i: int) -> str:
+        return self.addresses[i % len(self.addresses)]
+
+    def homes(self, shards: int, token: str) -> list:
+        """Shard ``k``'s worker: raylet ``k % N``'s (what ``kilorl train``'s plan does across nodes)."""
+        from functools import partial
+
+        from kilorl.store import StoreClient
+
+        return [partial(StoreClient, self.address_of(k), token=token) for k in range(shards)]
+
+
+def start_raylets(ray, n: int, cpus_each: int) -> tuple[object, list[str]]:
+    """A ``ray.cluster_utils.Cluster`` of ``n`` raylets; the driver's raylet first."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": cpus_each, "object_store_memory": 1 << 30})
+    for _ in range(n - 1):
+        cluster.add_node(num_cpus=cpus_each, object_store_memory=1 << 30)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+    here = ray.get_runtime_context().get_node_id()
+    ids = sorted((x["NodeID"] for x in ray.nodes() if x["Alive"]), key=lambda i: i != here)
+    return cluster, ids
+
+
+def start_mesh(tmp: Path, shm: str, n: int) -> tuple[list[subprocess.Popen], list[str], str]:
+    """``n`` store workers in one mesh (``--head`` then ``--join``), one per raylet."""
+    from kilorl.store import StoreClient
+
+    name = f"bench-{secrets.token_hex(3)}"
+    head, head_address, token = start_worker(tmp, shm, mesh=["--head", "--cluster-name", name], name="w0")
+    procs, addresses = [head], [head_address]
+    for i in range(1, n):
+        proc, address, _ = start_worker(tmp, shm, token, ["--join", head_address, "--cluster-name", name], f"w{i}")
+        procs.append(proc)
+        addresses.append(address)
+    deadline = time.monotonic() + 60
+    with StoreClient(addresses[-1], token=token) as c:
+        while len(c.stats()["cluster"]["ring"]["members"]) < n and time.monotonic() < deadline:
+            time.sleep(0.1)
+    return procs, addresses, token
 
 
 def bench_memcpy(shapes, repeats: int) -> list[float]:
@@ -231,16 +298,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--large-versions", type=int, default=15)
     ap.add_argument("--shards", type=int, default=2, help="parameter-server shards per version")
     ap.add_argument("--runs", type=int, default=1, help="repeat the comparison; report medians over runs")
+    ap.add_argument("--raylets", type=int, default=1, help="spread the actors over this many raylets (a worker each)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     import ray
 
+    if args.raylets < 1:
+        ap.error("--raylets must be >= 1")
     torch.set_num_threads(1)
-    ray.init(address="local", num_cpus=args.actors + 1, include_dashboard=False, log_to_driver=False)
+    cluster, nodes = None, None
+    if args.raylets > 1:
+        cluster, node_ids = start_raylets(ray, args.raylets, -(-args.actors // args.raylets) + 1)
+    else:
+        ray.init(address="local", num_cpus=args.actors + 1, include_dashboard=False, log_to_driver=False)
     runs: list[dict[str, dict[str, dict[str, float]]]] = []
     breakdowns: list[dict[str, dict[str, float]]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        proc, address, token = start_worker(Path(tmp), "2GiB")  # 2 x 3 runs of a 100 MB policy kept 2 versions deep
+        if cluster is not None:
+            procs, addresses, token = start_mesh(Path(tmp), "2GiB", args.raylets)
+            nodes, address = Nodes(node_ids, addresses), addresses[0]
+        else:
+            proc, address, token = start_worker(Path(tmp), "2GiB")  # 2 x 3 runs of a 100 MB policy kept 2 versions deep
+            procs = [proc]
         try:
             for run in range(args.runs):
                 results: dict[str, dict[str, dict[str, float]]] = {}
@@ -252,22 +331,26 @@ def main(argv: list[str] | None = None) -> int:
                     got = {}
                     for share in (False, True) if run % 2 == 0 else (True, False):  # each goes first in turn
                         got[share] = bench_store(ray, args.actors, shapes, n, address, token, args.shards,
-                                                 f"bench{run}-{idx}-{share}", share=share)
+                                                 f"bench{run}-{idx}-{share}", share=share, nodes=nodes)
                     stages[label] = got[actors_share(shapes)][1]
                     results[label] = {
                         COPIED: percentiles(got[False][0]),
                         VIEWS: percentiles(got[True][0]),
-                        "Ray broadcast": percentiles(bench_ray(ray, args.actors, shapes, n)),
+                        "Ray broadcast": percentiles(bench_ray(ray, args.actors, shapes, n, nodes)),
                         "memcpy floor": percentiles(bench_memcpy(shapes, n)),
                     }
                 runs.append(results)
                 breakdowns.append(stages)
         finally:
-            proc.terminate()
-            proc.wait(30)
+            for proc in procs:
+                proc.terminate()
+                proc.wait(30)
             ray.shutdown()
+            if cluster is not None:
+                cluster.shutdown()
     results = median_over_runs(runs)
-    print(f"Machine: {platform.node()}, {platform.machine()}, {os.cpu_count()} CPUs, {args.actors} actors, "
+    print(f"Machine: {platform.node()}, {platform.machine()}, {os.cpu_count()} CPUs, {args.actors} actors "
+          f"over {args.raylets} raylet(s), "
           f"{args.shards} shards, median of {args.runs} run(s). "
           f"Command: `python benchmarks/param_sync_bench.py {' '.join(argv or sys.argv[1:])}`\n")
     print("| policy | system | p50 (ms) | p99 (ms) | samples per run |\n|---|---|---|---|---|")

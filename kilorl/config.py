@@ -184,6 +184,12 @@ class TrainConfig(_Section):
     ``kilorl.roles.heap``); 0 keeps the C library's defaults."""
     stop_return: float | None = None
     """Stop early once the rolling episode return reaches this (None: run to the end)."""
+    restart_timeout_s: float = Field(default=120.0, gt=0)
+    """Seconds every data path (``on_policy``, ``replay``, ``queue``) waits for a lost
+    rollout to come again: from a batch slot's first failure (its env runner died and is being
+    restarted by Ray, or its store worker came back empty and the version is republished)
+    until the run fails. Generous by default: a restart on a loaded machine takes seconds
+    (a process start, imports, envs, the store reconnect, ``store.reconnect_timeout_s``)."""
 
 
 class CheckpointConfig(_Section):

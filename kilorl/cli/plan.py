@@ -1,6 +1,7 @@
 """``kilorl plan CONFIG``: where each role of a run would go on a described cluster.
 
-A dry run: nothing starts. The cluster is ``--cluster FILE`` (topology YAML) or a uniform
+A dry run: nothing starts. The cluster is ``--cluster FILE`` (topology YAML), the running Ray
+cluster at ``--address`` (the topology and plan ``kilorl train`` builds there), or a uniform
 ``--nodes`` x ``--gpus-per-node`` NVLink cluster with 16 nodes per leaf switch.
 """
 
@@ -12,6 +13,7 @@ import sys
 from typing import Any
 
 from kilorl.trainer.planning import requests_from_config
+from kilorl.trainer.role_placement import plan_summary
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,6 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node of the uniform cluster (default 8)")
     parser.add_argument("--nodes-per-leaf", type=int, default=16, help="nodes per leaf switch of the uniform cluster")
     parser.add_argument("--cluster", metavar="FILE", help="topology YAML (replaces --nodes/--gpus-per-node)")
+    parser.add_argument("--address", help="plan on the running Ray cluster at this address ('auto': the one "
+                                          "this machine runs), as kilorl train would (replaces --nodes/--cluster)")
     parser.add_argument("--policy", default="binpack-topo", help="binpack-topo (default), first-fit, spread, pack")
     parser.add_argument("--compare", action="store_true", help="also score every other policy")
     parser.add_argument("--gradient-mb", type=float, default=400.0,
@@ -56,14 +60,27 @@ def explain(placement: Any, requests: list) -> list[str]:
     return out
 
 
+def _attached(cfg: Any, address: str) -> tuple[Any, Any]:
+    """The config as ``kilorl train`` reserves it and the Ray cluster's topology as it reads it."""
+    from kilorl.trainer.cluster import Cluster
+    from kilorl.trainer.role_placement import training_config
+
+    return training_config(cfg), Cluster(address=address).topology()
+
+
 def run(args: argparse.Namespace) -> int:
     from kilorl.config import ConfigError, load_config
     from kilorl.placement import CapacityState, PlacementError, TopologyError, load_topology, place, uniform_topology
     from kilorl.placement.policies import POLICIES
+    from kilorl.trainer.cluster import ClusterError
 
     try:
         cfg = load_config(args.config, args.override, check_env=False)
-        if args.cluster:
+        if args.address and args.cluster:
+            raise ValueError("give either --address or --cluster, not both")
+        if args.address:
+            cfg, topo = _attached(cfg, args.address)
+        elif args.cluster:
             topo = load_topology(args.cluster)
         else:
             if args.nodes < 1 or args.gpus_per_node < 0:
@@ -71,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
             topo = uniform_topology(args.nodes, args.gpus_per_node, nodes_per_leaf=args.nodes_per_leaf)
         if args.policy not in POLICIES:
             raise ValueError(f"--policy {args.policy!r}; allowed: {', '.join(POLICIES)}")
-    except (ConfigError, TopologyError, ValueError) as err:
+    except (ConfigError, TopologyError, ValueError, ClusterError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
@@ -90,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
     main = results[args.policy]
     if args.json:
         out: dict[str, Any] = {"cluster": topo.summary(), "config": args.config}
+        if not isinstance(main, Exception):
+            out["plan"] = plan_summary(main)  # role -> node per instance, as kilorl train prints it
         for pol, r in results.items():
             out[pol] = {"error": str(r)} if isinstance(r, Exception) else {**r.to_dict(), "explain": explain(r, requests)}
             if not args.show_instances and not isinstance(r, Exception):
@@ -104,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"policy    {args.policy}: placed in {main.seconds * 1e3:.1f} ms, GPU allocation "
           f"{main.allocation_rate:.2%}, fragmentation {main.fragmentation_gpus:.2f} GPUs")
+    if args.address:  # the line kilorl train prints at start-up on this cluster
+        print(f"plan      {json.dumps(plan_summary(main))}")
     print(f"{'role':<18}{'count':>6}{'gpu/inst':>9}{'nodes':>7}{'leaves':>7}{'islands':>8}  where")
     for req in requests:
         s = main.role_summary(req.role)

@@ -69,7 +69,8 @@ class StoreParameterStore:
 
     def __init__(self, connect: ClientFactory, num_shards: int = 1, write_mode: Any = None, retries: int = 3,
                  replicas: Sequence[ClientFactory] = (), max_gap: int = 0,
-                 reconnect_timeout_s: float = RECONNECT_TIMEOUT_S) -> None:
+                 reconnect_timeout_s: float = RECONNECT_TIMEOUT_S,
+                 shard_homes: Sequence[ClientFactory] = ()) -> None:
         if not reconnect_timeout_s > 0:
             raise ValueError(f"reconnect_timeout_s must be > 0, got {reconnect_timeout_s}")
         self.reconnect_timeout_s = reconnect_timeout_s
@@ -77,6 +78,10 @@ class StoreParameterStore:
             raise ValueError(f"num_shards must be >= 1, got {num_shards}")
         if max_gap < 0:
             raise ValueError(f"max_gap must be >= 0, got {max_gap}")
+        if shard_homes and len(shard_homes) != num_shards:
+            raise ValueError(f"shard_homes names {len(shard_homes)} workers for {num_shards} shards")
+        if shard_homes and replicas:
+            raise ValueError("shard_homes and replicas exclude each other: replicas take every shard")
         self._connect = connect
         self.connect = connect
         """The client factory (this process's node worker), for other users of the same workers."""
@@ -88,9 +93,13 @@ class StoreParameterStore:
         self.replicas = list(replicas)
         """Further workers a publish also writes to (the other nodes' workers), so every
         node's readers find each version on their own node."""
+        self.shard_homes = list(shard_homes)
+        """Per shard, the factory of the worker that holds it (empty: the publisher's own)."""
         self._local = threading.local()
         self._plans: dict[tuple[str, tuple], CachedPlan] = {}
         self._publish_plans: dict[tuple, PublishPlan] = {}
+        self._last_publish: tuple[FlatLayout, Sequence[int], Sequence[float]] | None = None
+        """What ``publish_stats`` reports: the layout, each shard's writer, each writer's seconds."""
 
     def __getstate__(self) -> dict[str, Any]:
         """Picklable (roles receive it through Ray): connections are per process and thread."""
@@ -98,6 +107,7 @@ class StoreParameterStore:
         state.pop("_local")
         state["_plans"] = {}
         state["_publish_plans"] = {}
+        state["_last_publish"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -117,6 +127,8 @@ class StoreParameterStore:
         if hasattr(client, "replay"):
             client.replay = False
             client.reconnect_timeout = self.reconnect_timeout_s
+            # shards live on several nodes' workers: a node's worker pulls each one once for all its readers
+            client.pull_whole = bool(self.shard_homes)
         return client
 
     def _reads(self) -> VersionReads:
@@ -133,8 +145,33 @@ class StoreParameterStore:
             ws = self._local.writers = [own, *(self._configured(make()) for make in others)]
         return ws
 
+    def _shard_writers(self) -> list[Any]:
+        """Per shard, the client of the worker that holds it: this thread's, one per worker,
+        the own client where a home is this process's own worker."""
+        ws = getattr(self._local, "shard_writers", None)
+        if ws is None:
+            own = self.client
+            by_address: dict[str, Any] = {own.address: own}
+            ws = []
+            for make in self.shard_homes:
+                c = self._configured(make())
+                if c.address in by_address:
+                    c.close()
+                else:
+                    by_address[c.address] = c
+                ws.append(by_address[c.address])
+            self._local.shard_writers = ws
+        return ws
+
     def close(self) -> None:
         """Close this thread's connections (others close with their threads' process)."""
+        homes = {id(c): c for c in getattr(self._local, "shard_writers", None) or ()}
+        for c in homes.values():
+            if c is not getattr(self._local, "client", None):
+                try:
+                    c.close()
+                except OSError:
+                    pass
         for c in getattr(self._local, "writers", None) or [getattr(self._local, "client", None)]:
             if c is not None:
                 try:
@@ -154,7 +191,8 @@ class StoreParameterStore:
 
     # -- writer ----------------------------------------------------------------------
     def publish(self, name: str, version: int, tensors: Mapping[str, Any]) -> None:
-        """Every shard of ``version``, then the commit record, on every writer worker.
+        """Every shard of ``version``, then the commit record, on every writer worker (with
+        ``shard_homes``: shard ``k`` on its home worker, the record on this one, last).
 
         One pipelined batch per worker; a batch refused part way (a retry that finds some
         parts already there) is completed part by part, treating parts already there as done."""
@@ -169,17 +207,51 @@ class StoreParameterStore:
             plan = self._publish_plans[plan_id] = PublishPlan(FlatLayout.of(tensors, self.num_shards))
         kw = {} if self.write_mode is None else {"write_mode": self.write_mode}
         items = [(shard_key(name, k), chunks, version) for k, chunks in enumerate(plan.chunks(tensors))]
-        items.append((layout_key(name), plan.record, version))
+        record = (layout_key(name), plan.record, version)
+        if self.shard_homes:
+            self._retry(lambda: self._publish_to_homes(items, record, plan.layout, kw))
+            return
+        items.append(record)
 
         def once() -> None:
+            t0 = time.perf_counter()
             for c in self._writers():
-                try:
-                    c.publish_many(items, **kw, on_board=True)
-                except (InvalidRequest, BatchAborted):
-                    for key, value, v in items:
-                        publish_once(c, key, v, value, kw)
+                _publish_batch(c, items, kw)
+            self._last_publish = (plan.layout, (), (time.perf_counter() - t0,))
 
         self._retry(once)
+
+    def _publish_to_homes(self, items: list[tuple[str, Any, int]], record: tuple[str, Any, int],
+                          layout: FlatLayout, kw: dict[str, Any]) -> None:
+        """Each home worker's shards in one batch, then this worker's with the commit record
+        last: a reader that sees the record finds every shard, wherever it lives."""
+        writers = self._shard_writers()
+        own = self.client
+        order: list[Any] = []  # distinct writers, this process's own last
+        for c in writers:
+            if c is not own and c not in order:
+                order.append(c)
+        order.append(own)
+        seconds: list[float] = []
+        for c in order:
+            batch = [item for item, w in zip(items, writers) if w is c] + ([record] if c is own else [])
+            t0 = time.perf_counter()
+            _publish_batch(c, batch, kw)
+            seconds.append(time.perf_counter() - t0)
+        self._last_publish = (layout, [order.index(w) for w in writers], seconds)
+
+    def publish_stats(self) -> dict[str, float]:
+        """The last publish of this process, per shard: ``ps_shard<k>_bytes`` and
+        ``ps_shard<k>_publish_s`` (the seconds of the request batch that wrote it, its
+        worker's), for the learner's metric row. Worked out here, off the publish path."""
+        if self._last_publish is None:
+            return {}
+        layout, writer_of, seconds = self._last_publish
+        stats: dict[str, float] = {}
+        for k in range(layout.num_shards):
+            stats[f"ps_shard{k}_bytes"] = float(layout.bounds[k + 1] - layout.bounds[k])
+            stats[f"ps_shard{k}_publish_s"] = seconds[writer_of[k]] if writer_of else seconds[0]
+        return stats
 
     # -- readers ---------------------------------------------------------------------
     def latest_version(self, name: str) -> int | None:
@@ -320,6 +392,16 @@ class StoreParameterStore:
             copies[name] = known
         known.apply(segments)
         return dict(out)
+
+
+def _publish_batch(c: Any, items: list[tuple[str, Any, int]], kw: dict[str, Any]) -> None:
+    """One pipelined batch on ``c``; a batch refused part way (a retry that finds some parts
+    already there) is completed part by part, treating parts already there as done."""
+    try:
+        c.publish_many(items, **kw, on_board=True)
+    except (InvalidRequest, BatchAborted):
+        for key, value, v in items:
+            publish_once(c, key, v, value, kw)
 
 
 def _numpy_ok(dtype: Any) -> bool:

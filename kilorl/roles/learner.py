@@ -138,6 +138,9 @@ class LearnerRole(Learner):
         t1 = time.perf_counter()
         self.publish(version)
         stats.update(self.grad_comm.stats(), learner_update_s=t1 - t0, publish_s=time.perf_counter() - t1)
+        per_shard = getattr(self.store, "publish_stats", None)  # the store-backed parameter store's
+        if per_shard is not None and self.rank == 0:
+            stats.update(per_shard())  # ps_shard<k>_bytes / ps_shard<k>_publish_s in the metric row
         return stats
 
     def state(self) -> dict[str, Any]:

@@ -303,5 +303,22 @@ class NodeConnector:
         return StoreClient(address, token=self.token)
 
 
+@dataclass
+class PinnedConnector:
+    """Picklable client factory of one node's worker, whichever node the caller runs on:
+    the home of a parameter shard (``StoreParameterStore(shard_homes=...)``)."""
+
+    connector: NodeConnector
+    node_id: str
+    """Ray node id of the worker (the head's worker serves a node without one)."""
+
+    def __call__(self) -> Any:
+        from kilorl.store import StoreClient
+
+        address = self.connector.resolve(self.node_id)
+        self.connector.connected.append(address)
+        return StoreClient(address, token=self.connector.token)
+
+
 def token_from_env() -> str | None:
     return os.environ.get("KILORL_STORE_TOKEN") or None

@@ -256,9 +256,14 @@ class Cluster:
         return ClusterDescription(kind, topo.name, backend, nodes, links, roles)
 
     def plan(self, config: Config, topology: Any = None, policy: str = "binpack-topo") -> Any:
-        """The dry run ``kilorl plan`` prints: a ``Placement`` of the config's roles here."""
+        """The dry run ``kilorl plan`` prints: a ``Placement`` of the config's roles here. On an
+        attached cluster, what ``kilorl train`` would reserve there (``training_config``: a
+        learner on ``train.device: cpu`` takes no GPU), so the two plans are one."""
         from kilorl.trainer.planning import plan
+        from kilorl.trainer.role_placement import training_config
 
+        if self.kind == "attached":
+            config = training_config(config)
         return plan(config, topology if topology is not None else self.topology(), policy)
 
 
@@ -292,35 +297,17 @@ def _local_topology() -> Any:
 
 
 def _attached_topology(address: str | None) -> Any:
-    """Ray's alive nodes; the driver's own node with its real NVLink islands from discovery."""
-    import socket
-
+    """Ray's alive nodes, as ``kilorl train`` sees them (``role_placement.ray_topology``)."""
     import ray
 
-    from kilorl.placement import Gpu, Node, Topology
-    from kilorl.placement.discovery import discover
+    from kilorl.trainer.role_placement import ray_topology
 
     started = not ray.is_initialized()
     if started:
         use_token_auth(embedded=address in (None, "local"))
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
     try:
-        alive = [n for n in ray.nodes() if n.get("Alive")]
+        return ray_topology(address)
     finally:
         if started:
             ray.shutdown()
-    here = socket.gethostname()
-    local = discover(probe=False).to_node()
-    nodes = []
-    for i, info in enumerate(alive):
-        res = info.get("Resources", {})
-        host = info.get("NodeManagerHostname") or f"node-{i}"
-        name = f"{host}-{i}"
-        gpus = int(res.get("GPU", 0))
-        model = next((k.split(":", 1)[1] for k in res if k.startswith("accelerator_type:")), "GPU")
-        if host == here and len(local.gpus) == gpus:
-            devices = local.gpus  # discovery knows the links; Ray does not
-        else:
-            devices = tuple(Gpu(g, model, 0.0, island=g) for g in range(gpus))
-        nodes.append(Node(name, float(res.get("CPU", 0)), res.get("memory", 0) / 2**30, devices, (), "leaf-0", "leaf-0"))
-    return Topology(f"ray:{address or 'running'}", tuple(nodes))

@@ -17,15 +17,11 @@ from kilorl.config import Config
 from kilorl.core import RolloutInfo
 from kilorl.params.reconnect import ParametersLost
 from kilorl.trainer.data_path import IterationResult
-from kilorl.trainer.loop_errors import LearnerLost
+from kilorl.trainer.loop_errors import LearnerLost, note_restart_timeout
 from kilorl.trainer.session import ACTOR_MAX_RESTARTS, RoleSession
 from kilorl.trainer.waiting import WaitHook, wait_some
 
 __all__ = ["IterationResult", "OnPolicyLoop", "learner_results"]
-
-RESTART_WAIT_S = 120.0
-"""How long a batch slot waits for its restarting actor, from the slot's first failure, before the run fails."""
-
 
 class OnPolicyLoop:
     """Feeds whole rollouts to the learners; actor ``j`` goes to learner ``j % learners``."""
@@ -39,6 +35,8 @@ class OnPolicyLoop:
         self.lost_rollouts = 0
         """Rollouts lost with their actor and collected again (their steps are never counted)."""
         self.max_lost = cfg.parallelism.actor * ACTOR_MAX_RESTARTS
+        self.restart_timeout_s = cfg.train.restart_timeout_s
+        """How long a batch slot waits for its lost rollout, from its first failure (``train.restart_timeout_s``)."""
         self.republished = 0
         """Times the current version was published again because a store worker lost it."""
         self.on_wait: WaitHook | None = None
@@ -72,18 +70,20 @@ class OnPolicyLoop:
                 try:
                     infos[j] = ray.get(ref)
                     continue
-                except ParametersLost:  # the actor's store worker restarted empty: republish, collect again
-                    if time.monotonic() - failed_at.setdefault(j, time.monotonic()) > RESTART_WAIT_S:
+                except ParametersLost as err:  # the actor's store worker restarted empty: republish, collect again
+                    if time.monotonic() - failed_at.setdefault(j, time.monotonic()) > self.restart_timeout_s:
+                        note_restart_timeout(err, self.restart_timeout_s)
                         raise
                     self.republished += 1
                     ray.get(self.roles.learners[0].publish.remote(self.iteration))
-                except ray.exceptions.RayActorError:  # died mid-rollout, restarted in place, or still restarting
+                except ray.exceptions.RayActorError as err:  # died mid-rollout, restarted in place, or still restarting
                     if j not in failed_at:
                         failed_at[j] = time.monotonic()
                         self.lost_rollouts += 1
                         if self.lost_rollouts > self.max_lost:
                             raise
-                    if time.monotonic() - failed_at[j] > RESTART_WAIT_S:
+                    if time.monotonic() - failed_at[j] > self.restart_timeout_s:
+                        note_restart_timeout(err, self.restart_timeout_s)
                         raise
                     time.sleep(0.1)
                 again = self.roles.actors[j].collect.options(num_returns=2).remote(min_version, self.env_steps)

@@ -17,7 +17,6 @@ env runner delays only its own rollouts.
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
@@ -25,7 +24,7 @@ from typing import Any
 from kilorl.config import Config
 from kilorl.trainer.as_completed import AsCompleted, Completed
 from kilorl.trainer.data_path import IterationResult
-from kilorl.trainer.loop import RESTART_WAIT_S, learner_results
+from kilorl.trainer.loop import learner_results
 from kilorl.trainer.session import RoleSession
 from kilorl.trainer.waiting import wait_some
 
@@ -56,18 +55,17 @@ class QueueLoop(AsCompleted):
             return
         self._collect(j, self.first_version)  # the newest version, whatever it is: never a wait
 
-    def _complete_one(self, deadline: float) -> None:
-        done = self._next_completed(deadline)
+    def _complete_one(self) -> None:
+        done = self._next_completed()
         if done is None:
             return
         self.ready.append(done)
         self._submit(done[0])
 
     def _batch(self) -> list[Completed]:
-        deadline = time.monotonic() + RESTART_WAIT_S
         while True:
             while len(self.ready) < self.per_batch and self.pending:
-                self._complete_one(deadline)
+                self._complete_one()
             fresh = [c for c in self.ready if self.iteration - c[2]["version"] <= self.max_lag]
             self.dropped += len(self.ready) - len(fresh)  # too far behind the version they would train
             self.ready = deque(fresh)
@@ -91,7 +89,6 @@ class QueueLoop(AsCompleted):
         a runner never waits for an update, only for room in the queue."""
         import ray
 
-        deadline = time.monotonic() + RESTART_WAIT_S
         while self.pending:
             training = ray.wait(updates, num_returns=len(updates), timeout=0)[1]
             if not training:
@@ -99,7 +96,7 @@ class QueueLoop(AsCompleted):
             ready = wait_some(list(self.pending) + training, self.on_wait, updating=True)
             if any(ref in training for ref in ready):
                 return  # learner_results waits for the rest (and names a dead rank)
-            self._complete_one(deadline)
+            self._complete_one()
 
     def _stats(self, batch: list[Completed]) -> dict[str, float]:
         """The driver's counters and the batch's lag, overall and per env runner."""

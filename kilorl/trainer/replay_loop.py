@@ -12,13 +12,12 @@ algorithm: it moves ``Rollout`` refs and statistics.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 from kilorl.config import Config
 from kilorl.trainer.as_completed import AsCompleted
 from kilorl.trainer.data_path import IterationResult
-from kilorl.trainer.loop import RESTART_WAIT_S, learner_results
+from kilorl.trainer.loop import learner_results
 from kilorl.trainer.session import RoleSession
 
 
@@ -33,8 +32,8 @@ class ReplayLoop(AsCompleted):
         if self._room():
             self._collect(j, max(self.first_version, self.iteration - self.cfg.train.pipeline_depth))
 
-    def _complete_one(self, deadline: float) -> None:
-        done = self._next_completed(deadline)
+    def _complete_one(self) -> None:
+        done = self._next_completed()
         if done is None:
             return
         self.ready.append(done)
@@ -46,9 +45,8 @@ class ReplayLoop(AsCompleted):
         for j in range(len(self.roles.actors)):
             self._submit(j)
         while self.pending or self.ready:
-            deadline = time.monotonic() + RESTART_WAIT_S
             while len(self.ready) < n and self.pending:
-                self._complete_one(deadline)
+                self._complete_one()
             batch = [self.ready.popleft() for _ in range(min(n, len(self.ready)))]
             infos = [info for _, _, info in batch]
             steps_after = self.env_steps + sum(info["env_steps"] for info in infos)

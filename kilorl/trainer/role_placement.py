@@ -3,10 +3,11 @@
 The topology is read from the connected Ray cluster (its real CPUs, GPUs, memory, labels), the
 gangs come from ``cfg.resources`` and ``cfg.parallelism`` through
 ``kilorl.trainer.planning.plan`` (the function ``kilorl plan`` and ``Cluster.plan`` use), and
-the learners' and actors' bundles are reserved as Ray placement groups pinned to the planned
-nodes (``kilorl.placement.ray_placement``: by Ray's ``ray.io/node-id`` label, so any cluster
-started with plain ``ray start`` works). Parameter-server shards are planned (they take
-room near the learners) but live in the store workers, one per node, so they get no group.
+the learners', actors' and parameter servers' bundles are reserved as Ray placement groups
+pinned to the planned nodes (``kilorl.placement.ray_placement``: by Ray's ``ray.io/node-id``
+label, so any cluster started with plain ``ray start`` works). Parameter-server shard ``k``
+lives in the store worker of its planned node (``shard_nodes``): that node's worker runs in
+the shard's bundle (``resources.parameter_server``), and a publish writes the shard there.
 
 One deviation from the dry run: a learner on ``train.device: cpu`` reserves no GPU (it would
 never use one), so a CPU run of a config written for GPUs still starts.
@@ -19,8 +20,9 @@ from typing import Any
 
 from kilorl.config import Config
 
-RESERVED_ROLES = ("learner", "actor")
-"""Roles that run as Ray actors inside their placement group."""
+RESERVED_ROLES = ("learner", "actor", "parameter_server")
+"""Roles reserved as placement groups: learners and actors run in theirs, a node's store
+worker in the bundle of the first parameter-server shard planned there."""
 LOCAL_NODE = "local"
 """Topology name of the node of an embedded Ray this run starts (declared as its node resource)."""
 READY_TIMEOUT_S = 30.0
@@ -47,14 +49,18 @@ def local_needs(cfg: Config) -> tuple[float, float]:
     return cpus, mem
 
 
-def ray_topology() -> Any:
+def ray_topology(address: str | None = None) -> Any:
     """The connected Ray cluster's live nodes as the scheduler's topology: what Ray reports
     of each (node id, CPUs, GPUs and their model, memory, labels); no custom resource needed.
+    ``kilorl train``, ``kilorl plan --address`` and ``kilorl cluster describe --address`` all
+    plan on this one topology (``address`` names it ``ray:<address>``; nothing else differs).
 
     A node is called ``ray-<first 12 hex digits of its node id>``, or ``<name>`` where its
     raylet declares ``kilorl_node_<name>`` (``ray_node_resources``); when some nodes declare
     one, only those take roles (a head node without one is left out). Every node keeps its
-    Ray labels, ``ray.io/node-id`` among them, which pins the roles' bundles to it.
+    Ray labels, ``ray.io/node-id`` among them, which pins the roles' bundles to it. The
+    driver's own node takes its GPUs' NVLink islands from discovery where it sees as many
+    GPUs as Ray reports; Ray knows no links, so another node's GPUs are taken as one island.
     """
     import ray
 
@@ -63,6 +69,7 @@ def ray_topology() -> Any:
 
     alive = [info for info in ray.nodes() if info.get("Alive")]
     named = [info for info in alive if any(k.startswith(NODE_RESOURCE_PREFIX) for k in info.get("Resources", {}))]
+    here = ray.get_runtime_context().get_node_id()
     nodes = []
     for info in named or alive:
         res = info.get("Resources", {})
@@ -70,10 +77,27 @@ def ray_topology() -> Any:
         name = declared[0] if declared else f"ray-{info['NodeID'][:12]}"
         model = next((k.split(":", 1)[1] for k in res if k.startswith("accelerator_type:")), "GPU")
         gpus = tuple(Gpu(g, model, 0.0, island=0) for g in range(int(res.get("GPU", 0))))
+        if gpus and info["NodeID"] == here:
+            gpus = _discovered_gpus(gpus)
         labels = {**(info.get("Labels") or {}), NODE_ID_LABEL: info["NodeID"]}
         nodes.append(Node(name, float(res.get("CPU", 0)), res.get("memory", 0) / 2**30, gpus, (), "leaf-0", "leaf-0",
                           labels=tuple(sorted(labels.items()))))
-    return Topology("ray:attached", tuple(nodes))
+    return Topology(f"ray:{address or 'attached'}", tuple(nodes))
+
+
+def _discovered_gpus(reported: tuple[Any, ...]) -> tuple[Any, ...]:
+    """This machine's GPUs with their NVLink islands, when discovery sees as many as Ray reports."""
+    from kilorl.placement.discovery import discover
+
+    local = discover(probe=False).to_node()
+    return local.gpus if len(local.gpus) == len(reported) else reported
+
+
+def plan_summary(placement: Any) -> dict[str, list[str]]:
+    """Role -> the topology node of each instance, in instance order: the plan ``kilorl train``
+    prints at start-up and ``kilorl plan --address`` prints for the same cluster."""
+    topo = placement.state.topology
+    return {role: [topo.nodes[a.node].name for a in allocs] for role, allocs in placement.by_role().items()}
 
 
 def topology_node_ids(topology: Any) -> dict[str, str]:
@@ -89,7 +113,9 @@ class RolePlacement:
 
     placement: Any
     groups: dict[str, Any] = field(default_factory=dict)
-    """role -> Ray ``PlacementGroup`` (learner, actor)."""
+    """role -> Ray ``PlacementGroup`` (learner, actor, parameter_server)."""
+    node_ids: dict[str, str] = field(default_factory=dict)
+    """Topology node name -> Ray node id, for the planned nodes."""
 
     @property
     def specs(self) -> dict[str, Any]:
@@ -100,6 +126,20 @@ class RolePlacement:
     def planned_nodes(self, role: str) -> list[str]:
         """Topology node of each instance of ``role``, in instance order."""
         return self.specs[role].nodes
+
+    def shard_nodes(self) -> list[str]:
+        """Ray node id of each parameter-server shard's planned node, in shard order: where
+        its bytes live (``StoreParameterStore(shard_homes=...)``)."""
+        return [self.node_ids[n] for n in self.planned_nodes("parameter_server")]
+
+    def store_worker_options(self) -> dict[str, dict[str, Any]]:
+        """Ray node id -> ``.options(...)`` of that node's store worker: the bundle of the first
+        shard planned there, so the worker holds ``resources.parameter_server`` (other
+        nodes' workers take no resources)."""
+        out: dict[str, dict[str, Any]] = {}
+        for k, node in enumerate(self.shard_nodes()):
+            out.setdefault(node, self.options("parameter_server", k))
+        return out
 
     def options(self, role: str, instance: int) -> dict[str, Any]:
         """``.options(...)`` of instance ``instance``: its bundle's resources and strategy."""
@@ -136,7 +176,7 @@ def reserve(cfg: Config, *, timeout_s: float = READY_TIMEOUT_S) -> RolePlacement
         have = ", ".join(f"{n.name}: {n.cpus:g} CPU, {len(n.gpus)} GPU, {n.memory_gb:.1f} GiB" for n in topology.nodes)
         raise RolePlacementError(f"{err} (see resources.{err.role}); Ray has {have}") from err
     reserved = _Only(placement, RESERVED_ROLES)
-    out = RolePlacement(reserved)
+    out = RolePlacement(reserved, node_ids=topology_node_ids(topology))
     try:
         out.groups = _create_groups(reserved, topology, timeout_s)
     except BaseException:

@@ -119,7 +119,7 @@ class RoleSession:
             self.fleet = self._store_fleet()
         else:
             self.fleet.attach(ray.get_runtime_context().get_node_id())
-        self.store = parameter_store(cfg, self.fleet)
+        self.store = parameter_store(cfg, self.fleet, self.placement.shard_nodes())
         weights_version = self._durable_version()
         self.backend = self.cluster.backend_for(cfg.train.device)
         for r in range(par.learner):
@@ -151,6 +151,13 @@ class RoleSession:
                                      c.token)
         self.times.spawn_s = time.perf_counter() - t1
         self.times.total_s = time.perf_counter() - t0
+
+    def plan(self) -> dict[str, list[str]]:
+        """Role -> the node of each instance as planned and reserved (``kilorl train`` prints
+        it; the roles run there, and ``kilorl plan --address`` gives the same)."""
+        from kilorl.trainer.role_placement import plan_summary
+
+        return plan_summary(self.placement.placement)
 
     def _durable_version(self) -> int | None:
         """With ``sync.durable``, a resumed run whose store kept a version newer than its
@@ -210,7 +217,8 @@ class RoleSession:
             return StoreFleet.external(st.address, st.token)
         # Not waited for here: the roles start alongside the workers (see _start's waits).
         return StoreFleet.start(st.shm_size, st.keep_versions, l2_dir=self.l2_dir, wait=False,
-                                extra=self._store_leaks(), reconnect_timeout_s=st.reconnect_timeout_s)
+                                extra=self._store_leaks(), reconnect_timeout_s=st.reconnect_timeout_s,
+                                node_options=self.placement.store_worker_options() if self.placement else None)
 
     def _store_leaks(self) -> dict[int, list[str]]:
         return store_leaks(self.cfg)
@@ -271,20 +279,27 @@ def store_leaks(cfg: Config) -> dict[int, list[str]]:
             for leak in cfg.monitor.inject_leaks if leak.role == "store"}
 
 
-def parameter_store(cfg: Config, fleet: StoreFleet) -> Any:
+def parameter_store(cfg: Config, fleet: StoreFleet, shard_nodes: list[str] | None = None) -> Any:
     """The roles' parameter store: ``parallelism.parameter_server`` shards on the fleet's workers.
 
     Readers use their own node's worker. The workers form one mesh (``--head`` / ``--join``),
-    whose versions are one history per name: the learner publishes once, and a version
-    reaches another node the first time a reader there asks, through the mesh's relay, so
-    each node holds one copy its actors read locally.
+    whose versions are one history per name. ``shard_nodes`` (the plan's node of each shard,
+    ``RolePlacement.shard_nodes``): shard ``k`` is written to that node's worker, so a
+    version's shards live on several nodes; a version reaches another node the first time a
+    reader there asks, each shard pulled once through the mesh, so each node holds one copy
+    its actors read locally. Without it, or with one worker (one node, a given ``--store``
+    worker), every shard is written to the publisher's own worker.
     """
     from kilorl.params.store_backed import StoreParameterStore
+    from kilorl.roles.store_node import PinnedConnector
     from kilorl.store import WriteMode
 
     mode = WriteMode.WRITE_THROUGH_L2 if cfg.sync.durable else None
-    return StoreParameterStore(fleet.connector, cfg.parallelism.parameter_server, write_mode=mode,
-                               reconnect_timeout_s=cfg.store.reconnect_timeout_s)
+    c = fleet.connector
+    several_workers = len(set(c.nodes) | set(c.files)) > 1  # one worker: every home is the publisher's own
+    homes = [PinnedConnector(c, n) for n in shard_nodes] if shard_nodes and several_workers else []
+    return StoreParameterStore(c, cfg.parallelism.parameter_server, write_mode=mode,
+                               reconnect_timeout_s=cfg.store.reconnect_timeout_s, shard_homes=homes)
 
 
 def _cause(err: BaseException) -> str:

@@ -61,10 +61,14 @@ class StoreFleet:
     @classmethod
     def start(cls, shm_size: str, keep_versions: int, nodes: list[str] | None = None,
               l2_dir: str | None = None, wait: bool = True, extra: dict[int, list[str]] | None = None,
-              reconnect_timeout_s: float = RECONNECT_TIMEOUT_S) -> StoreFleet:
+              reconnect_timeout_s: float = RECONNECT_TIMEOUT_S,
+              node_options: dict[str, dict[str, Any]] | None = None) -> StoreFleet:
         """One worker per live Ray node (or per id in ``nodes``), the first as the mesh head.
         ``extra``: further worker options per store rank (the order of ``workers()``);
-        ``reconnect_timeout_s``: ``store.reconnect_timeout_s`` (``worker_options``).
+        ``reconnect_timeout_s``: ``store.reconnect_timeout_s`` (``worker_options``);
+        ``node_options``: Ray node id -> the ``.options(...)`` its worker's actor is created
+        with (a parameter-server bundle, ``RolePlacement.store_worker_options``); other
+        nodes' workers take no resources and are pinned by node affinity.
 
         With ``wait=False`` the workers are only created: the caller starts its roles at
         once (their connector resolves its node's address on first use) and waits on
@@ -73,7 +77,8 @@ class StoreFleet:
         """
         fleet = cls(NodeConnector({}, "", secrets.token_hex(16)))
         try:
-            fleet._spawn(shm_size, keep_versions, nodes or _live_node_ids(), l2_dir, extra or {}, reconnect_timeout_s)
+            fleet._spawn(shm_size, keep_versions, nodes or _live_node_ids(), l2_dir, extra or {}, reconnect_timeout_s,
+                         node_options or {})
             if wait:
                 fleet.resolve()
         except BaseException:
@@ -82,7 +87,8 @@ class StoreFleet:
         return fleet
 
     def _spawn(self, shm_size: str, keep_versions: int, node_ids: list[str], l2_dir: str | None,
-               extra: dict[int, list[str]], reconnect_timeout_s: float) -> None:
+               extra: dict[int, list[str]], reconnect_timeout_s: float,
+               node_options: dict[str, dict[str, Any]]) -> None:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -94,7 +100,9 @@ class StoreFleet:
 
         def make(node_id: str, join: Any) -> Any:
             l2 = None if l2_dir is None else f"{l2_dir}/{node_id[:12]}"
-            handle = remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(
+            opts = node_options.get(node_id) or {
+                "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}
+            handle = remote.options(**opts).remote(
                 token, shm_size, keep_versions, join, name, l2_dir=l2,
                 extra=worker_options(reconnect_timeout_s, extra.get(len(self.nodes))))
             self.nodes.append(handle)

@@ -8,6 +8,7 @@ algorithm is whatever ``algo.name`` registered, and its spec names its data path
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 import warnings
@@ -195,6 +196,7 @@ class Trainer:
             # a durable resume continues from the newest published version: one batch per version
             iteration, env_steps = roles.iteration, env_steps + roles.resumed_versions * cfg.rollout_steps
             startup_s = time.time() - t_start
+            print(f"plan: {json.dumps(roles.plan())}", flush=True)  # what kilorl plan --address prints
             if roles.monitor is not None:
                 print(roles.monitor.describe(), flush=True)
             ckpt = Checkpointer(self.run_dir, cfg.checkpoint.every_env_steps, cfg.checkpoint.keep,

@@ -63,6 +63,10 @@ class StoreClient:
             raise ConfigError(f"reconnect_timeout: must be >= 0 seconds, got {reconnect_timeout!r}")
         self.reconnect_timeout = reconnect_timeout
         self.replay = replay
+        self.pull_whole = False
+        """``get_versions`` of a version held by another worker copies it whole to this one,
+        once, for every reader here, instead of pulling just the ranges for this reader
+        (a node's parameter readers: ``StoreParameterStore(shard_homes=...)``)."""
         self.address = address
         self.inline_threshold = inline_threshold
         self._token_arg, self._run_dir = token, run_dir
@@ -506,6 +510,8 @@ class StoreClient:
         wire = [[name, [list(r) for r in ranges] if ranges is not None else None] for name, ranges in reads]
         header = {"op": "get_versions", "reads": wire, "version": version, "min_version": min_version,
                   "timeout": timeout, "zc": self._zc()}
+        if self.pull_whole:
+            header["pull_whole"] = True
 
         def once() -> Versioned:
             resp, payload = self._call(dict(header))

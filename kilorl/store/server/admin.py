@@ -41,19 +41,26 @@ def keys(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
 @OPS.op("version_list")
 def version_list(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     """Versioned names starting with ``prefix`` whose versions this worker holds, each with its
-    versions (oldest first) and their tier and size: what ``keys`` does not list."""
+    versions (oldest first) and their tier and size: what ``keys`` does not list.
+
+    Read off the objects the worker holds (a version's bytes are an object under its hidden
+    key), not off the version table: on a mesh the history lives on the name's ring owner,
+    and a worker holds the versions published through it or pulled by its readers."""
     from kilorl.store.errors import KeyNotFound
-    from kilorl.store.local.versions import version_key
+    from kilorl.store.local.versions import HIDDEN, parse_version_key
 
     prefix = arg(h, "prefix", str, "")
-    with w.versions.cond:
-        held = {n: list(vs) for n, vs in w.versions.versions.items() if n.startswith(prefix) and vs}
+    held: dict[str, list[tuple[int, str]]] = {}
+    for key in w.keyspace.keys(HIDDEN + prefix, include_hidden=True):
+        parsed = parse_version_key(key)
+        if parsed is not None:
+            held.setdefault(parsed[0], []).append((parsed[1], key))
     out: dict[str, list[dict[str, Any]]] = {}
     for name in sorted(held):
         rows = []
-        for v in held[name]:
+        for v, key in sorted(held[name]):
             try:
-                loc = w.keyspace.locate(version_key(name, v))
+                loc = w.keyspace.locate(key)
             except KeyNotFound:  # reclaimed since
                 continue
             rows.append({"version": v, "tier": loc["tier"], "size": loc["size"]})

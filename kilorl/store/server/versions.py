@@ -60,11 +60,12 @@ def get_version(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
 
 
 def _add_version(w: Worker, batch: ReadBatch, book: VersionBook, key: str,
-                 ranges: list[tuple[int, int]] | None) -> None:
+                 ranges: list[tuple[int, int]] | None, pull_whole: bool = False) -> None:
     """One version (hidden ``key``) into ``batch``: whole, or just ``ranges`` of it (pulled
-    alone when the bytes are on another worker)."""
+    alone when the bytes are on another worker, unless ``pull_whole``: then the whole object
+    is copied here once and this worker's later readers read it without crossing again)."""
     if not w.store.exists([key])[0]:
-        if ranges is not None:
+        if ranges is not None and not pull_whole:
             remote = book.fetch_ranges(key, ranges)
             if remote is not None:
                 for handle in remote:
@@ -99,11 +100,14 @@ def get_versions(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     last): the version is ``version``, else the anchor's latest, after waiting for it to
     reach ``min_version`` when given, so a wake-up carries the version's bytes with it.
     Each read is whole or byte ``ranges``; ``items`` lists one entry per whole read and
-    one per range, in order. A part missing at that version is ``VersionGone``."""
+    one per range, in order. A part missing at that version is ``VersionGone``. With
+    ``pull_whole`` a part held by another worker is copied here whole (once) before its
+    ranges are served, so every reader on this worker's node shares one crossing."""
     reads = _version_reads(h)
     version = arg(h, "version", int, None)
     min_version = arg(h, "min_version", int, None)
     zc = arg(h, "zc", int, None)
+    pull_whole = arg(h, "pull_whole", bool, False)
     book = w.version_book()
     anchor = reads[0][0]
     if min_version is not None and version is None:
@@ -114,7 +118,7 @@ def get_versions(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
         batch = ReadBatch(w, conn, zc)
         try:
             for missing, ranges in reads:
-                _add_version(w, batch, book, version_key(missing, v), ranges)
+                _add_version(w, batch, book, version_key(missing, v), ranges, pull_whole)
         except KeyNotFound:
             batch.abort()
             if version is not None:
