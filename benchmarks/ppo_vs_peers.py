@@ -34,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -186,6 +187,23 @@ def run_kilorl(env: BenchEnv, config: Path, seed: int, budget_s: float, work: Pa
     t0 = time.time()
     rc, timed_out, leaked = run_with_deadline(cmd, run_dir / "logs", t0 + budget_s, extra_env=ray_env)
     result = kilorl_result(env, seed, run_dir, rc, timed_out)
+    result.process_wall_s, result.leaked_processes = time.time() - t0, leaked
+    return result
+
+
+def run_kilorl_evaluated(env: BenchEnv, config: Path, seed: int, budget_s: float, work: Path, overrides: list[str],
+                         read: Callable[[int, Path, int, bool], RunResult]) -> RunResult:
+    """``kilorl train`` with the run's own evaluations deciding (``overrides`` set them up);
+    ``read(seed, run_dir, rc, timed_out)`` turns the run's rows into its result (the DQN and
+    SAC comparisons)."""
+    run_dir = _fresh(work / f"{env.key}-kilorl-seed{seed}")
+    cmd = [sys.executable, "-m", "kilorl.cli.main", "train", str(config), "--run-dir", str(run_dir), "--seed", str(seed),
+           "-o", "train.torch_threads=1", "-o", "logging.progress=false", "-o", "logging.tensorboard=false",
+           *(arg for o in overrides for arg in ("-o", o))]
+    ray_env = {} if os.environ.get("RAY_ADDRESS") else {"RAY_ADDRESS": "local"}
+    t0 = time.time()
+    rc, timed_out, leaked = run_with_deadline(cmd, run_dir / "logs", t0 + budget_s, extra_env=ray_env)
+    result = read(seed, run_dir, rc, timed_out)
     result.process_wall_s, result.leaked_processes = time.time() - t0, leaked
     return result
 

@@ -67,16 +67,7 @@ def kilorl_eval_result(seed: int, run_dir: Path, rc: int, timed_out: bool) -> pv
 
 
 def run_kilorl(config: Path, seed: int, budget_s: float, work: Path, overrides: list[str]) -> pvp.RunResult:
-    run_dir = pvp._fresh(work / f"{ENV.key}-kilorl-seed{seed}")
-    cmd = [sys.executable, "-m", "kilorl.cli.main", "train", str(config), "--run-dir", str(run_dir), "--seed", str(seed),
-           "-o", "train.torch_threads=1", "-o", "logging.progress=false", "-o", "logging.tensorboard=false",
-           *(arg for o in overrides for arg in ("-o", o))]
-    ray_env = {} if os.environ.get("RAY_ADDRESS") else {"RAY_ADDRESS": "local"}
-    t0 = time.time()
-    rc, timed_out, leaked = pvp.run_with_deadline(cmd, run_dir / "logs", t0 + budget_s, extra_env=ray_env)
-    result = kilorl_eval_result(seed, run_dir, rc, timed_out)
-    result.process_wall_s, result.leaked_processes = time.time() - t0, leaked
-    return result
+    return pvp.run_kilorl_evaluated(ENV, config, seed, budget_s, work, overrides, kilorl_eval_result)
 
 
 def run_sb3(seed: int, budget_s: float, work: Path, every: int) -> pvp.RunResult:

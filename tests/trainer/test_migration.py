@@ -106,15 +106,22 @@ def test_one_node_a_leaking_actor_is_restarted_in_place_during_its_first_rollout
     [row] = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     assert (row["iteration"], row["env_steps"], row["lost_rollouts"]) == (1, 128, 1)  # collected again, counted once
 
-
-@pytest.mark.slow
-def test_two_raylets_a_leaking_actor_and_learner_move_to_the_other_node_and_the_run_finishes_exactly():
-    out = subprocess.run([sys.executable, "-m", "tests.trainer.migration_check"], capture_output=True, text=True,
-                         timeout=480, cwd=REPO, env={**os.environ, "RAY_ADDRESS": ""})
+def two_raylet_run(*args: str) -> dict:
+    """``tests.trainer.migration_check ARGS`` in a fresh process (its own two-raylet cluster); the run
+    must finish its budget unstopped with exact env-step accounting. Returns its JSON line."""
+    out = subprocess.run([sys.executable, "-m", "tests.trainer.migration_check", *args], capture_output=True,
+                         text=True, timeout=480, cwd=REPO, env={**os.environ, "RAY_ADDRESS": ""})
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["stopped"] is None
     assert r["env_steps"] == r["total_env_steps"] == r["rows"][-1]["iteration"] * r["batch"]  # exact accounting
+    return r
+
+
+
+@pytest.mark.slow
+def test_two_raylets_a_leaking_actor_and_learner_move_to_the_other_node_and_the_run_finishes_exactly():
+    r = two_raylet_run()
     done = {rec["role"]: rec for rec in r["records"] if rec["outcome"] == "completed"}
     assert sorted(done) == ["actor", "learner"] and len(r["records"]) == 2
     for rec in done.values():
@@ -134,12 +141,7 @@ def test_two_raylets_a_leaking_actor_and_learner_move_to_the_other_node_and_the_
 
 @pytest.mark.slow
 def test_two_raylets_roles_whose_limit_is_nearer_than_a_replacements_start_end_first_and_move():
-    out = subprocess.run([sys.executable, "-m", "tests.trainer.migration_check", "--end-first"], capture_output=True,
-                         text=True, timeout=480, cwd=REPO, env={**os.environ, "RAY_ADDRESS": ""})
-    assert out.returncode == 0, out.stderr[-3000:]
-    r = json.loads(out.stdout.strip().splitlines()[-1])
-    assert r["stopped"] is None
-    assert r["env_steps"] == r["total_env_steps"] == r["rows"][-1]["iteration"] * r["batch"]  # exact accounting
+    r = two_raylet_run("--end-first")
     done = {rec["role"]: rec for rec in r["records"] if rec["outcome"] == "completed"}
     assert sorted(done) == ["actor", "learner"] and len(r["records"]) == 2
     for rec in done.values():
@@ -174,12 +176,7 @@ def test_one_node_a_leaking_durable_store_worker_restarts_in_place_from_l2_and_t
 
 @pytest.mark.slow
 def test_two_raylets_a_leaking_store_worker_hands_off_its_objects_and_leaves_and_the_run_finishes_exactly():
-    out = subprocess.run([sys.executable, "-m", "tests.trainer.migration_check", "--store"], capture_output=True,
-                         text=True, timeout=480, cwd=REPO, env={**os.environ, "RAY_ADDRESS": ""})
-    assert out.returncode == 0, out.stderr[-3000:]
-    r = json.loads(out.stdout.strip().splitlines()[-1])
-    assert r["stopped"] is None
-    assert r["env_steps"] == r["total_env_steps"] == r["rows"][-1]["iteration"] * r["batch"]  # exact accounting
+    r = two_raylet_run("--store")
     [rec] = r["records"]
     assert (rec["role"], rec["rank"], rec["outcome"]) == ("store", 1, "completed"), rec
     assert rec["from_node"] != rec["to_node"] and rec["to_node"] in r["nodes"]
@@ -192,12 +189,7 @@ def test_two_raylets_a_leaking_store_worker_hands_off_its_objects_and_leaves_and
 
 @pytest.mark.slow
 def test_two_raylets_one_of_two_learners_leaks_so_the_group_restarts_from_the_checkpoint_with_it_elsewhere():
-    out = subprocess.run([sys.executable, "-m", "tests.trainer.migration_check", "--learners", "2"],
-                         capture_output=True, text=True, timeout=480, cwd=REPO, env={**os.environ, "RAY_ADDRESS": ""})
-    assert out.returncode == 0, out.stderr[-3000:]
-    r = json.loads(out.stdout.strip().splitlines()[-1])
-    assert r["stopped"] is None
-    assert r["env_steps"] == r["total_env_steps"] == r["rows"][-1]["iteration"] * r["batch"]  # exact accounting
+    r = two_raylet_run("--learners", "2")
     [rec] = r["records"]
     assert (rec["role"], rec["rank"], rec["outcome"]) == ("learner", 0, "completed"), rec
     assert rec["from_node"] != rec["to_node"] and rec["to_node"] in r["nodes"]
