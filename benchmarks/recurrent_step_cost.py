@@ -1,6 +1,6 @@
 """Seconds per rollout and per update of LSTM-PPO against feed-forward PPO, in one process.
 
-One env runner and one learner of ``examples/cartpole_novel_lstm.yaml`` (with and without
+One env runner and one learner of ``examples/cartpole_masked_lstm.yaml`` (with and without
 ``model.recurrent``), stepped alternately in this process without Ray: ``collect`` (256 env
 steps) then ``update`` (20 epochs), ``--rounds`` times each, so load from other jobs hits
 both. Prints the median seconds of each and the env steps/s of collect + update in series.
@@ -23,7 +23,7 @@ from kilorl.roles.env_runner import EnvRunner
 from kilorl.roles.learner import LearnerRole
 from kilorl.roles.parameter_store import InMemoryParameterStore
 
-CONFIG = Path(__file__).resolve().parent.parent / "examples" / "cartpole_novel_lstm.yaml"
+CONFIG = Path(__file__).resolve().parent.parent / "examples" / "cartpole_masked_lstm.yaml"
 
 
 def build(recurrent: bool) -> tuple[LearnerRole, EnvRunner]:

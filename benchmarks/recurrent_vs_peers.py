@@ -1,7 +1,7 @@
 """kiloRL LSTM-PPO vs SB3-contrib RecurrentPPO on CartPole with the velocities hidden.
 
 Both sides train on ``kilorl.envs.memory:CartPoleNoVelocity`` (obs[1] and obs[3] zeroed, 500-step
-episodes): kiloRL with ``examples/cartpole_novel_lstm.yaml``, SB3-contrib with rl-zoo's
+episodes): kiloRL with ``examples/cartpole_masked_lstm.yaml``, SB3-contrib with rl-zoo's
 ``ppo_lstm`` CartPoleNoVel-v1 values (``zoo_hyperparams.ZOO_PPO_LSTM``). Seeds alternate the
 order (kiloRL first on even-indexed pairs, SB3-contrib first on odd ones) so load from other
 jobs hits both sides. The rule and the measurements are ``ppo_vs_peers.py``'s: a run reaches
@@ -38,7 +38,7 @@ from ppo_vs_peers import (  # noqa: E402 - the sibling benchmark's machinery
 )
 
 ENV = BenchEnv("cartpole_novel", "kilorl.envs.memory:CartPoleNoVelocity", 475.0, 1200.0,
-               "examples/cartpole_novel_lstm.yaml")
+               "examples/cartpole_masked_lstm.yaml")
 
 
 def kilorl_sps(result: RunResult) -> float | None:

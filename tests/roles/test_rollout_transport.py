@@ -54,6 +54,24 @@ def test_the_full_step_record_survives_pack_and_unpack_bit_exactly(episodes_ende
     assert got.env_steps_before == 1234 and got.column_versions.tolist() == [4, 5, 5]
 
 
+def test_the_policy_state_and_full_step_record_survive_rays_transport_bit_exactly(ray_local):
+    """The ``ray`` transport: a rollout returned by a Ray task (as an env runner's ``collect`` returns it)."""
+    sent = fake_rollout(2, T=8, N=3)
+    sent.final = {"t": np.array([1, 5]), "env": np.array([2, 0]), "obs": np.arange(8, dtype=np.uint8).reshape(2, 4),
+                  "values": np.array([0.5, -1.25], np.float32)}
+    sent.state = {"h": np.random.default_rng(0).normal(size=(3, 2, 5)).astype(np.float32),
+                  "c": np.random.default_rng(1).normal(size=(3, 2, 5)).astype(np.float32)}
+    sent.column_versions = np.array([4, 5, 5])
+    got = ray_local.get(ray_local.remote(lambda r: r).remote(sent))
+    _assert_same(got, sent)
+    for part in ("final", "state"):
+        assert getattr(got, part).keys() == getattr(sent, part).keys()
+        for k, v in getattr(sent, part).items():
+            assert getattr(got, part)[k].dtype == v.dtype and getattr(got, part)[k].shape == v.shape, (part, k)
+            np.testing.assert_array_equal(getattr(got, part)[k], v)
+    assert got.column_versions.tolist() == [4, 5, 5]
+
+
 def test_a_rollout_written_by_an_actor_process_is_read_back_unchanged_and_deleted_after_release(
         ray_local, store_worker):
     address, token = store_worker.address, store_worker.token
