@@ -313,48 +313,17 @@ class Config(_Section):
             raise ValueError(f"replay_buffer: algo.name={self.algo.name} is on the {spec.data_path} data path, "
                              "which keeps no replay table (remove the section or pick a replay algorithm)")
         if self.replay_buffer is not None:
-            self._replay_buffer_fits_the_algorithm(self.replay_buffer)
+            self.replay_buffer.fit_to(self.algo)
         if spec.data_path == "replay":
             for field in ("normalize_obs", "normalize_reward"):
                 if getattr(self.env, field):
                     raise ValueError(f"env.{field}: not supported with algo.name={self.algo.name} (replay data path): "
                                      "stored transitions would keep the statistics of the moment they were added")
         if self.multi_agent is not None:
-            self._multi_agent_fits(spec.alive_mask)
+            self.multi_agent.check_run(self.algo.name, spec.alive_mask, self.model.actor_inputs,
+                                       self.evaluation.every_env_steps)
         if self.algo.discount is None and self.env.normalize_reward:
             raise ValueError(f"env.normalize_reward: algo.name={self.algo.name} declares no discount to scale by")
-
-    def _replay_buffer_fits_the_algorithm(self, rb: ReplayBufferConfig) -> None:
-        """The section's options the algorithm cannot honour; ``n_step`` handed to it."""
-        algo = self.algo
-        honoured = getattr(algo, "replay_options", ())
-        for name in ("prioritized", "samples_per_insert"):
-            if getattr(rb, name) is not None and name not in honoured:
-                raise ValueError(f"replay_buffer.{name}: algo.name={algo.name} does not support it "
-                                 f"(it honours {list(honoured) or 'none of the table options'})")
-        capacity = rb.capacity or getattr(algo, "buffer_size", None)
-        if rb.min_size_to_sample is not None and capacity is not None and rb.min_size_to_sample > capacity:
-            raise ValueError(f"replay_buffer.min_size_to_sample: {rb.min_size_to_sample} exceeds the table's "
-                             f"capacity {capacity} (algo.buffer_size): nothing could ever be sampled")
-        if rb.n_step is not None:
-            if not hasattr(algo, "n_step"):
-                raise ValueError(f"replay_buffer.n_step: algo.name={algo.name} has no n-step returns")
-            if "n_step" in algo.model_fields_set and algo.n_step != rb.n_step:
-                raise ValueError(f"replay_buffer.n_step: {rb.n_step} contradicts algo.n_step={algo.n_step} "
-                                 "(set one of them)")
-            algo.n_step = rb.n_step
-
-    def _multi_agent_fits(self, alive_mask: bool) -> None:
-        """What the ``multi_agent`` section needs of the algorithm, the model and evaluation."""
-        if self.multi_agent is not None and self.multi_agent.centralized_critic == "state" and self.model.actor_inputs is None:
-            raise ValueError("multi_agent.centralized_critic: state needs model.actor_inputs, the size of one agent's "
-                             "own observation (the policy's input; the critic sees the global state after it)")
-        if self.evaluation.every_env_steps is not None:
-            raise ValueError("evaluation.every_env_steps: evaluation episodes of a PettingZoo environment "
-                             "(multi_agent) are not supported yet; training rows carry each agent's returns")
-        if not alive_mask:
-            raise ValueError(f"multi_agent: algo.name={self.algo.name} does not mask dead agent columns out of its "
-                             "losses, so it cannot train on a PettingZoo environment")
 
     @model_validator(mode="after")
     def _leaks_name_running_instances(self) -> Config:

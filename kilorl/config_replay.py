@@ -8,7 +8,7 @@ lives in the run's store workers (``kilorl.store`` replay tables), sampled throu
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -98,3 +98,23 @@ class ReplayBufferConfig(Section):
             raise ValueError(f"replay_buffer.min_size_to_sample: {self.min_size_to_sample} exceeds "
                              f"replay_buffer.capacity {self.capacity}: nothing could ever be sampled")
         return self
+
+    def fit_to(self, algo: Any) -> None:
+        """The section's options the algorithm (its ``algo`` section) cannot honour are errors naming
+        them; ``n_step`` is handed to the algorithm's own field."""
+        honoured = getattr(algo, "replay_options", ())
+        for name in ("prioritized", "samples_per_insert"):
+            if getattr(self, name) is not None and name not in honoured:
+                raise ValueError(f"replay_buffer.{name}: algo.name={algo.name} does not support it "
+                                 f"(it honours {list(honoured) or 'none of the table options'})")
+        capacity = self.capacity or getattr(algo, "buffer_size", None)
+        if self.min_size_to_sample is not None and capacity is not None and self.min_size_to_sample > capacity:
+            raise ValueError(f"replay_buffer.min_size_to_sample: {self.min_size_to_sample} exceeds the table's "
+                             f"capacity {capacity} (algo.buffer_size): nothing could ever be sampled")
+        if self.n_step is not None:
+            if not hasattr(algo, "n_step"):
+                raise ValueError(f"replay_buffer.n_step: algo.name={algo.name} has no n-step returns")
+            if "n_step" in algo.model_fields_set and algo.n_step != self.n_step:
+                raise ValueError(f"replay_buffer.n_step: {self.n_step} contradicts algo.n_step={algo.n_step} "
+                                 "(set one of them)")
+            algo.n_step = self.n_step
