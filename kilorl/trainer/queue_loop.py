@@ -38,6 +38,9 @@ class QueueLoop(AsCompleted):
         self.per_batch, self.max_queued, self.max_lag = q.rollouts_per_batch, q.max_queued_rollouts, q.max_policy_lag
         self.paused: list[int] = []
         """Env runners whose rollout completed while the queue was full: resubmitted as it drains."""
+        self.idle: list[int] = []
+        """Env runners left without a collection because the budget was taken: resubmitted when a
+        dropped rollout gives its steps back (else the run would end short of its budget)."""
         self.pauses = self.dropped = 0
         self.trained = [0] * len(roles.actors)
         """Rollouts trained on, per env runner: how a slow runner's share shows."""
@@ -48,6 +51,7 @@ class QueueLoop(AsCompleted):
 
     def _submit(self, j: int) -> None:
         if not self._room():
+            self.idle.append(j)
             return
         if len(self.ready) >= self.max_queued:
             self.paused.append(j)
@@ -78,7 +82,12 @@ class QueueLoop(AsCompleted):
         return [self.ready.popleft() for _ in range(take)]
 
     def _resume_paused(self) -> None:
-        """The queue drained: paused runners go on (after the batch's steps are counted, so the budget holds)."""
+        """The queue drained, or a dropped rollout gave budget back: paused and idle runners go on
+        (after the batch's steps are counted, so the budget holds)."""
+        for j in list(self.idle):
+            if self._room():
+                self.idle.remove(j)
+                self._submit(j)
         for j in list(self.paused):
             if len(self.ready) < self.max_queued:
                 self.paused.remove(j)
