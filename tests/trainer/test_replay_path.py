@@ -61,5 +61,7 @@ def test_dqn_with_a_replay_buffer_section_keeps_its_table_in_the_store_workers(r
     assert rows[-1]["replay_rows"] == 84
     assert rows[-1]["replay_inserted_rows"] == 84 and rows[-1]["replay_sampled_rows"] == 20 * 8
     assert rows[-1]["replay_shards"] == 1 and rows[-1]["replay_stored_bytes"] > 0
+    # the env runner inserted into its node's shard itself: the learner was handed counts only
+    assert rows[-1]["replay_learner_inserted_rows"] == 0 and rows[-1]["replay_actor_inserted_rows"] == 84
     state, meta = load_checkpoint(result.checkpoint)
     assert meta["updates"] == 20 and not any(k.startswith("replay/") for k in state["tensors"])
