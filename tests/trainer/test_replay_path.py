@@ -65,3 +65,29 @@ def test_dqn_with_a_replay_buffer_section_keeps_its_table_in_the_store_workers(r
     assert rows[-1]["replay_learner_inserted_rows"] == 0 and rows[-1]["replay_actor_inserted_rows"] == 84
     state, meta = load_checkpoint(result.checkpoint)
     assert meta["updates"] == 20 and not any(k.startswith("replay/") for k in state["tensors"])
+
+
+def test_pong_dqn_example_shrunk_trains_with_single_frames_on_the_store_workers(ray_local, tmp_path):
+    """examples/pong_dqn.yaml at test size: real Pong frames (84x84 grey stacks of 4) through the
+    Nature CNN; the env runner inserts into its node's shard, which keeps each frame once,
+    zstd-compressed, and the learner takes gradient steps on rebuilt stacks."""
+    import yaml
+
+    from kilorl.config import apply_overrides, config_from_dict
+    from tests.conftest import REPO
+
+    data = yaml.safe_load((REPO / "examples" / "pong_dqn.yaml").read_text())
+    data.pop("evaluation")
+    data = apply_overrides(data, [
+        "train.total_env_steps=256", "algo.learning_starts=64", "algo.buffer_size=2000", "algo.batch_size=8",
+        "algo.train_freq=32", "parallelism.actor=1", "parallelism.envs_per_actor=2", "train.pipeline_depth=0",
+        "logging.progress=false", "logging.tensorboard=false", "logging.report_every_s=0",
+        "resources.learner.memory_gb=0.25", "resources.actor.memory_gb=0.25"])
+    result = Trainer(config_from_dict(data), tmp_path / "run").fit()
+    rows = read_metrics(tmp_path / "run")
+    last = rows[-1]
+    assert result.env_steps == 256 and sum(r.get("gradient_steps", 0) for r in rows) == (256 - 64) // 32
+    assert last["replay_actor_inserted_rows"] == 256 and last["replay_learner_inserted_rows"] == 0
+    # a row is 2 stacks of 4 frames (56 KiB raw); the table keeps about one frame per row, zstd'd
+    assert last["replay_raw_bytes"] == 256 * (2 * 4 * 84 * 84 + 8 + 4 + 4)
+    assert last["replay_compression_ratio"] > 40, last
