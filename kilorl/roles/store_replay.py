@@ -122,6 +122,11 @@ class StoreReplayStorage:
         """Share of the run's env steps done (the learner sets it): where ``beta`` stands."""
         self._last: tuple[np.ndarray, np.ndarray] | None = None
 
+    @property
+    def name(self) -> str:
+        """The table's name on the store workers (a checkpoint records it)."""
+        return self.table.spec.name
+
     def insert(self, rows: Mapping[str, np.ndarray]) -> None:
         self.table.insert({k: np.asarray(v, self.columns[k]) for k, v in rows.items()})
 

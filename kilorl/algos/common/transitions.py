@@ -136,9 +136,12 @@ class TransitionTable(ReplaySource):
 
 def table_state(table: TransitionTable | None, meta: dict[str, Any]) -> dict[str, Any]:
     """A learner-held table's columns as checkpoint tensors (``replay/<column>``), its counters
-    into ``meta["replay"]``; a table in the store workers stays there (nothing)."""
+    into ``meta["replay"]``; a table in the store workers stays there, and ``meta["replay_table"]``
+    names it (the table a resumed run finds again)."""
     import torch
 
+    if table is not None and isinstance(getattr(table.table, "name", None), str):
+        meta["replay_table"] = table.table.name  # type: ignore[attr-defined]
     if table is None or not isinstance(table.table, RingTable):
         return {}
     arrays, table_meta = table.table.state()
