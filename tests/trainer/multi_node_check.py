@@ -42,8 +42,12 @@ def actors_insert_on_their_nodes(fleet: StoreFleet, store: object, nodes: list[s
     runner on each node. Each env runner inserts its rollouts into its own node's shard and
     hands the learner a ``ReplayInsert``; the learner samples from both shards. The counts come
     from each worker's own table stats."""
+    import time
+
     from kilorl.roles.store_replay import ReplayInsert
     from kilorl.store import StoreClient
+
+    t0 = time.perf_counter()
 
     cfg = tiny_config(algo={"name": "dqn", "learning_starts": 0, "batch_size": 16, "train_freq": 8,
                             "rollout_length": 16, "buffer_size": 4000},
@@ -74,7 +78,7 @@ def actors_insert_on_their_nodes(fleet: StoreFleet, store: object, nodes: list[s
         client.close()
     for h in (*actors, learner):
         ray.kill(h)
-    return {"handed": handed, "tables": tables, "stats": stats,
+    return {"handed": handed, "tables": tables, "stats": stats, "seconds": time.perf_counter() - t0,
             "actor_nodes": [nodes[0], nodes[1]], "learner_node": nodes[0]}
 
 
