@@ -1,8 +1,10 @@
 """Replay tables on store workers vs TorchRL's buffers, side by side in one run.
 
 For CartPole-sized transitions (obs 4 × f32, action i64, reward f32, next_obs 4 × f32,
-discount f32: 48 bytes) and, with ``--frames``, 84×84 uint8 frames stacked 4 per row
-(synthetic Pong-like frames: a flat court, two paddles and a ball that move), it fills each
+discount f32: 48 bytes), with ``--frames`` 84×84 uint8 frames stacked 4 per row
+(synthetic Pong-like frames: a flat court, two paddles and a ball that move) and with
+``--pong-rows N`` DQN transitions of real Pong (``kilorl.envs.atari:make_atari``, random play:
+obs and next_obs stacks of 4, stored by kiloRL as single frames, ``frame_stack``), it fills each
 buffer to ``--rows`` in chunks of ``--chunk`` rows, then draws ``--samples`` batches of
 ``--batch`` rows, uniform and prioritized, and reports inserts/s, sampled transitions/s,
 p50/p99 sample latency and stored bytes per transition.
@@ -12,7 +14,8 @@ each sample is one request per shard, over the worker's Unix socket. TorchRL:
 ``TensorDictReplayBuffer`` with ``LazyTensorStorage`` and ``LazyMemmapStorage``, in this
 process (no socket, no copy out of the process: the lower bound a service must approach).
 
-    python benchmarks/replay_bench.py [--rows 1000000] [--batch 256] [--samples 2000] [--frames] [--json out.json]
+    python benchmarks/replay_bench.py [--rows 1000000] [--batch 256] [--samples 2000] [--frames]
+                                      [--pong-rows 10000 --pong-chunk-length 32] [--json out.json]
 """
 
 from __future__ import annotations
@@ -77,6 +80,39 @@ class PongLike:
                 "discount": np.full(n, 0.99, np.float32)}
 
 
+PONG = {"obs": ((4, 84, 84), np.uint8), "action": ((), np.int64), "reward": ((), np.float32),
+        "next_obs": ((4, 84, 84), np.uint8), "discount": ((), np.float32)}
+
+
+class RealPong:
+    """DQN transitions of real Pong played at random (n-step 1), in chunks of consecutive steps
+    of one env (as DQN's adder inserts them for a frame-stack table); every chunk distinct."""
+
+    def __init__(self, rows: int, chunk: int, seed: int = 0) -> None:
+        from kilorl.envs.atari import make_atari
+
+        env = make_atari("Pong", frame_stack=4)
+        rng = np.random.default_rng(seed)
+        obs, _ = env.reset(seed=seed)
+        self.chunks: list[dict[str, np.ndarray]] = []
+        for _ in range(rows // chunk):
+            c = {k: np.empty((chunk, *shape), dtype) for k, (shape, dtype) in PONG.items()}
+            for i in range(chunk):
+                a = int(rng.integers(env.action_space.n))
+                nxt, r, term, trunc, _ = env.step(a)
+                c["obs"][i], c["action"][i], c["reward"][i], c["next_obs"][i] = obs, a, r, nxt
+                c["discount"][i] = 0.0 if term else 0.99
+                obs = env.reset()[0] if term or trunc else nxt
+            self.chunks.append(c)
+        env.close()
+        self.i = 0
+
+    def chunk(self, n: int) -> dict[str, np.ndarray]:
+        c = self.chunks[self.i % len(self.chunks)]
+        self.i += 1
+        return c
+
+
 def start_worker(base: Path, token: str) -> tuple[subprocess.Popen, str]:
     run = base / f"w-{secrets.token_hex(3)}"
     run.mkdir()
@@ -91,9 +127,9 @@ def start_worker(base: Path, token: str) -> tuple[subprocess.Popen, str]:
     return proc, f"127.0.0.1:{json.loads((run / 'worker.json').read_text())['port']}"
 
 
-def timed_fill(insert: Any, make_chunk: Any, rows: int, chunk: int) -> float:
+def timed_fill(insert: Any, make_chunk: Any, rows: int, chunk: int, pool_size: int = 8) -> float:
     """Rows inserted per second (chunks made before the clock starts, a pool reused)."""
-    pool = [make_chunk(chunk) for _ in range(8)]
+    pool = [make_chunk(chunk) for _ in range(pool_size)]
     t0 = time.perf_counter()
     for i in range(rows // chunk):
         insert(pool[i % len(pool)])
@@ -117,11 +153,12 @@ def bench_kilorl(addresses: list[str], token: str, kind: str, schema: dict, make
                  sampler: str, compression: str) -> dict[str, Any]:
     clients = [StoreClient(a, token=token) for a in addresses]
     name = f"bench-{secrets.token_hex(3)}"
+    stacked = getattr(args, "stacked", ())
     spec = make_spec(name, schema, args.rows, compression=compression, sampler=sampler,
-                     chunk_length=getattr(args, "chunk_length", 16))
+                     chunk_length=getattr(args, "chunk_length", 16), stacked=stacked)
     table = ShardedTable([c.replay_tables for c in clients], spec, seed=1)
     try:
-        ins = timed_fill(lambda c: table.insert(c), make_chunk, args.rows, args.chunk)
+        ins = timed_fill(lambda c: table.insert(c), make_chunk, args.rows, args.chunk, getattr(args, "pool", 8))
         out = timed_samples(lambda: table.sample(args.batch), args.batch, args.samples)
         if sampler == "prioritized":  # the learner's round trip: sample, then new priorities
             def sample_and_update() -> None:
@@ -155,7 +192,8 @@ def bench_torchrl(storage_kind: str, kind: str, make_chunk: Any, args: Any, samp
     def td(chunk: dict[str, np.ndarray]) -> TensorDict:
         return TensorDict({k: torch.from_numpy(v) for k, v in chunk.items()}, batch_size=[len(chunk["action"])])
 
-    ins = timed_fill(lambda c: rb.extend(c), lambda n: td(make_chunk(n)), args.rows, args.chunk)
+    ins = timed_fill(lambda c: rb.extend(c), lambda n: td(make_chunk(n)), args.rows, args.chunk,
+                     getattr(args, "pool", 8))
     out = timed_samples(lambda: rb.sample(), args.batch, args.samples)
     if sampler == "prioritized":
         def sample_and_update() -> None:
@@ -177,6 +215,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--samples", type=int, default=2000)
     ap.add_argument("--frames", action="store_true", help="also the 84×84×4 uint8 frame rows")
+    ap.add_argument("--pong-rows", type=int, default=0, help="rows of real Pong transitions (0: none)")
+    ap.add_argument("--pong-chunk-length", type=int, default=32, help="chunk_length of the Pong table")
+    ap.add_argument("--pong-samples", type=int, default=100, help="batches sampled from the Pong table")
+    ap.add_argument("--cartpole-samplers", default="uniform,prioritized")
     ap.add_argument("--no-torchrl", action="store_true")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -197,8 +239,16 @@ def main() -> None:
                                           "samples": max(50, args.samples // 10)})
             pong = PongLike(0)
             cases.append(("frames 4x84x84", FRAMES, pong.chunk, fargs, ("zstd",)))
+        if args.pong_rows:
+            chunk = args.pong_chunk_length
+            real = RealPong(args.pong_rows, chunk)
+            pargs = argparse.Namespace(**{**vars(args), "rows": len(real.chunks) * chunk, "chunk": chunk,
+                                          "chunk_length": chunk, "samples": args.pong_samples,
+                                          "stacked": ("obs", "next_obs"), "pool": len(real.chunks)})
+            cases.append(("pong (real, stacks of 4)", PONG, real.chunk, pargs, ("zstd",)))
         for kind, schema, make_chunk, a, codecs in cases:
-            for sampler in ("uniform", "prioritized"):
+            samplers = args.cartpole_samplers.split(",") if kind == "cartpole" else ("uniform",)
+            for sampler in samplers:
                 for shards in (addrs[:1], addrs):
                     for codec_name in codecs:
                         results.append(bench_kilorl(shards, token, kind, schema, make_chunk, a, sampler, codec_name))

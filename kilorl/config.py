@@ -85,6 +85,9 @@ class ModelConfig(_Section):
     """Orthogonal initialization (gain sqrt(2) hidden, 0.01 policy head, 1 value head)."""
     dueling: bool = False
     """Q networks only (``algo.name: dqn``): separate value and advantage streams in the head."""
+    torso: Literal["mlp", "nature_cnn"] = "mlp"
+    """Q networks only (``algo.name: dqn``): ``nature_cnn`` puts the Nature DQN convolutions over
+    image observations (``[C, H, W]`` stacks, ``uint8`` scaled to [0, 1]) before ``hidden_sizes``."""
     recurrent: RecurrentSection | None = None
     """A recurrent core (LSTM or GRU) after the MLP torso, one per head unless ``shared_backbone``
     (None: a memoryless policy). The actors carry its state across steps and rollouts."""

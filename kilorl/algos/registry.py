@@ -40,9 +40,16 @@ class AlgorithmSpec:
     alive_mask: bool = False
     """Its learner leaves dead agent columns (``steps["alive"]`` false) out of its losses, so it
     may train on PettingZoo environments (``kilorl.envs.agent_columns``)."""
+    adder: str | None = None
+    """``module:function(algo_cfg, rollout, stacked) -> rows``: the algorithm's adder (a rollout's
+    replay rows), for a ``replay`` algorithm whose env runners insert into their own node's shard
+    of a store table themselves (``kilorl.roles.store_replay``). None: the learner adds."""
 
-    def load(self, part: Literal["config", "learner", "policy", "model"]) -> Any:
-        module_name, _, attr = getattr(self, part).partition(":")
+    def load(self, part: Literal["config", "learner", "policy", "model", "adder"]) -> Any:
+        path = getattr(self, part)
+        if path is None:
+            raise ValueError(f"algorithm {self.name!r} declares no {part}")
+        module_name, _, attr = path.partition(":")
         return getattr(importlib.import_module(module_name), attr)
 
 
@@ -80,12 +87,12 @@ register(AlgorithmSpec(
 register(AlgorithmSpec(
     name="dqn", config="kilorl.algos.dqn.config:DQNConfig", learner="kilorl.algos.dqn.learner:DQNLearner",
     policy="kilorl.algos.dqn.policy:EpsilonGreedy", model="kilorl.algos.dqn.model:build_q_network",
-    data_path="replay",
+    data_path="replay", adder="kilorl.algos.common.transitions:replay_rows",
 ))
 register(AlgorithmSpec(
     name="sac", config="kilorl.algos.sac.config:SACConfig", learner="kilorl.algos.sac.learner:SACLearner",
     policy="kilorl.algos.sac.policy:SquashedGaussianPolicy", model="kilorl.algos.sac.model:build_sac_actor",
-    data_path="replay",
+    data_path="replay", adder="kilorl.algos.common.transitions:replay_rows",
 ))
 register(AlgorithmSpec(
     name="impala", config="kilorl.algos.impala.config:IMPALAConfig", learner="kilorl.algos.impala.learner:IMPALALearner",

@@ -13,6 +13,8 @@ from kilorl.models.recurrent import RecurrentActorCritic
 def build_actor_critic(obs_space: gym.Space, action_space: gym.Space, model_cfg) -> nn.Module:
     """Construct from a ``ModelConfig`` (kept duck-typed so models do not import config): a
     ``RecurrentActorCritic`` when ``model_cfg.recurrent`` is set, else the MLP ``ActorCritic``."""
+    if getattr(model_cfg, "torso", "mlp") != "mlp":
+        raise ValueError(f"model.torso: {model_cfg.torso} is for Q networks (algo.name: dqn); this model is an MLP")
     if not isinstance(obs_space, gym.spaces.Box):
         raise ValueError(f"unsupported observation space {obs_space}; MLP models need a Box")
     recurrent = getattr(model_cfg, "recurrent", None)

@@ -56,15 +56,18 @@ def learner_context(cfg: Config, obs_space: gym.Space, action_space: gym.Space, 
 
 
 def build_algorithm(cfg: Config, grad_comm: GradientComm, spaces: tuple[gym.Space, gym.Space] | None = None,
-                    rank: int = 0, world: int = 1, store: Any = None) -> AlgorithmLearner:
+                    rank: int = 0, world: int = 1, store: Any = None,
+                    replay_prefix: str | None = None) -> AlgorithmLearner:
     """The run's algorithm learner: its class from the registry, its section, its context.
-    ``store``: the parameter store, whose workers also hold a ``replay_buffer`` table."""
+    ``store``: the parameter store, whose workers also hold a ``replay_buffer`` table, named
+    under ``replay_prefix`` (``store_replay.table_prefix``; None: a fresh random one)."""
     obs_space, action_space = spaces or env_spaces(cfg)
-    ctx = learner_context(cfg, obs_space, action_space, grad_comm, rank, world, replay_storage(cfg, store))
+    ctx = learner_context(cfg, obs_space, action_space, grad_comm, rank, world,
+                          replay_storage(cfg, store, rank, replay_prefix))
     return get_algorithm(cfg.algo.name).load("learner")(cfg.algo, ctx)
 
 
-def replay_storage(cfg: Config, store: Any) -> Any:
+def replay_storage(cfg: Config, store: Any, rank: int = 0, prefix: str | None = None) -> Any:
     """Where a replay table's rows live: the store workers with a ``replay_buffer`` section
     (``kilorl.roles.store_replay``), else None (the algorithm's own, in this process)."""
     section = cfg.replay_buffer
@@ -74,9 +77,10 @@ def replay_storage(cfg: Config, store: Any) -> Any:
     if connect is None:
         raise ValueError("replay_buffer.backend=store: this learner's parameter store has no store workers "
                          f"({type(store).__name__}); use backend: learner")
-    from kilorl.roles.store_replay import store_replay_factory
+    from kilorl.roles.store_replay import actors_insert, learner_scope, store_replay_factory, table_prefix
 
-    return store_replay_factory(connect, section, batch_size=getattr(cfg.algo, "batch_size", 1))
+    return store_replay_factory(connect, section, learner_scope(prefix or table_prefix(None), rank),
+                                batch_size=getattr(cfg.algo, "batch_size", 1), external_inserts=actors_insert(cfg))
 
 
 class LearnerRole(Learner):
@@ -93,9 +97,11 @@ class LearnerRole(Learner):
         state: dict[str, Any] | None = None,
         grad_comm: GradientComm | None = None,
         weights_version: int | None = None,
+        replay_prefix: str | None = None,
     ) -> None:
         """``weights_version``: after ``state``, take the model and normalizers of this
-        published version from ``store`` (a resumed durable run, ``sync.durable``)."""
+        published version from ``store`` (a resumed durable run, ``sync.durable``);
+        ``replay_prefix``: the run's replay tables' names (``store_replay.table_prefix``)."""
         torch.set_num_threads(cfg.train.torch_threads)
         retain_freed_memory(cfg.train.retain_freed_memory_mb)
         torch.manual_seed(cfg.train.seed)
@@ -107,7 +113,8 @@ class LearnerRole(Learner):
         self.max_staleness = cfg.sync.staleness(cfg.train.pipeline_depth)
         obs_space, action_space = env_spaces(cfg)  # probed here, in parallel with the actors' start
         self.grad_comm = grad_comm or make_grad_comm(cfg, world)
-        self.algorithm = build_algorithm(cfg, self.grad_comm, (obs_space, action_space), rank, world, store)
+        self.algorithm = build_algorithm(cfg, self.grad_comm, (obs_space, action_space), rank, world, store,
+                                         replay_prefix)
         self.feed = make_feed(get_algorithm(cfg.algo.name).data_path, self.algorithm, self.grad_comm, world,
                               self.max_staleness)
         if state is not None:

@@ -5,7 +5,9 @@ before (and while) its algorithm trains, and the source the algorithm pulls from
   the env axis into one ``RolloutBatch``; if any rank is left with nothing every rank skips
   together (their all-reduces must match).
 - ``replay``: rollouts go into the algorithm's own replay table (``make_replay_table``);
-  the algorithm samples from it at the ratio its config sets. Nothing is stale here.
+  the algorithm samples from it at the ratio its config sets. Nothing is stale here. Env
+  runners that inserted into their node's shard themselves hand over a ``ReplayInsert``
+  (counts only), which the feed counts and does not add.
 - ``queue``: the rollouts that completed first, merged, lagged versions kept per column.
 
 A third path registers here under its name (``FEEDS``) without changing the learner role.
@@ -76,11 +78,19 @@ class ReplayFeed:
     def __init__(self, algorithm: AlgorithmLearner, grad_comm: GradientComm, world: int, max_staleness: int) -> None:
         self.algorithm = algorithm
         self.table = algorithm.make_replay_table()
+        self.actor_inserted_rows = 0
+        """Rows env runners inserted into their nodes' shards themselves (``ReplayInsert``s handed here)."""
 
-    def train(self, version: int, env_steps_total: int, rollouts: list[Rollout]) -> dict[str, float]:
+    def train(self, version: int, env_steps_total: int, rollouts: list[Any]) -> dict[str, float]:
+        from kilorl.roles.store_replay import ReplayInsert
+
         for rollout in rollouts:
-            self.table.add(rollout)
+            if isinstance(rollout, ReplayInsert):  # already in the table: rows never came here
+                self.actor_inserted_rows += rollout.rows
+            else:
+                self.table.add(rollout)
         stats = self.algorithm.update(self.table, env_steps_total)
+        stats["replay_actor_inserted_rows"] = float(self.actor_inserted_rows)
         stats.setdefault("replay_rows", float(len(self.table)))
         stats.update(self.table.stats())
         return stats

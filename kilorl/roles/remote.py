@@ -21,12 +21,25 @@ from kilorl.roles.rollout_transport import RolloutHandle
 class ActorProcess(Actor):
     """An ``EnvRunner`` built in the Ray actor's process (the ``actor`` role)."""
 
-    def __init__(self, cfg: Any, store: Any, index: int, *args: Any, monitor: Any = None, **kwargs: Any) -> None:
+    def __init__(self, cfg: Any, store: Any, index: int, *args: Any, monitor: Any = None,
+                 replay_prefix: str | None = None, **kwargs: Any) -> None:
+        """``replay_prefix``: the run's replay tables' names; with it, and a table whose env
+        runners insert themselves (``store_replay.actors_insert``), each rollout's rows go
+        into this node's shard and ``collect`` returns a ``ReplayInsert`` instead."""
         from kilorl.roles.env_runner import EnvRunner
 
         self._report = None
         self._writer: Any = None
-        if cfg.store.transport == "store":
+        self._inserts: Any = None
+        if replay_prefix is not None:
+            from kilorl.roles.store_replay import ActorInserts, actors_insert
+
+            if actors_insert(cfg):
+                from kilorl.roles.rollout_transport import store_client_of
+
+                self._inserts = ActorInserts(cfg, store_client_of(store, "replay_buffer.backend"), replay_prefix,
+                                             index)
+        if self._inserts is None and cfg.store.transport == "store":
             from kilorl.roles.rollout_transport import StoreRolloutWriter, store_client_of
 
             self._writer = StoreRolloutWriter(store_client_of(store), index)  # the unwrapped store's client
@@ -40,11 +53,17 @@ class ActorProcess(Actor):
     def ready(self) -> int:
         return self._role.ready()
 
-    def collect(self, min_version: int, env_steps: int = 0) -> tuple[Rollout | RolloutHandle, RolloutInfo]:
-        """The rollout itself (``store.transport: ray``) or a handle to its store object."""
+    def collect(self, min_version: int, env_steps: int = 0) -> tuple[Any, RolloutInfo]:
+        """The rollout itself (``store.transport: ray``), a handle to its store object, or (env
+        runners inserting into their node's replay shard) a ``ReplayInsert``: counts, no rows."""
         rollout, info = self._role.collect(min_version, env_steps)
         if self._report is not None:
             self._report.rollout(info)
+        if self._inserts is not None:
+            t0 = time.perf_counter()
+            inserted = self._inserts.insert(rollout)
+            info["handoff_s"] = time.perf_counter() - t0
+            return inserted, info
         if self._writer is None:
             return rollout, info  # Ray moves the returned rollout after this call: no hand-off to time here
         t0 = time.perf_counter()

@@ -4,13 +4,22 @@ The learner's algorithm asks its context for storage (``LearnerContext.replay_st
 with the section this module answers with a ``StoreReplayStorage``: the same calls as the
 in-process ``RingTable`` (insert, sample, len) over a ``ShardedTable`` whose shards are the
 store workers' replay tables, the learner's own node's first. Each learner rank has its own
-table (named by the run, the algorithm and the rank), as it has its own ``RingTable``.
+table (named by the run, the rank and the algorithm), as it has its own ``RingTable``.
+
+With one shard per store worker (``sharding: true``, no ``shards`` limit) and an algorithm that
+names its adder (``AlgorithmSpec.adder``), env runners insert themselves (``ActorInserts``):
+env runner ``j`` turns its rollout into rows and inserts them into its own node's shard of
+learner ``j % learners``'s table, and hands the learner a ``ReplayInsert`` (counts, no rows),
+so rollout bytes never pass the driver or a learner. The learner then only samples.
 """
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,7 +29,78 @@ from kilorl.store.client.replay_shards import ShardedTable
 from kilorl.store.replay.spec import make_spec
 
 if TYPE_CHECKING:
-    from kilorl.config import ReplayBufferConfig
+    from kilorl.config import Config, ReplayBufferConfig
+    from kilorl.core import Rollout
+
+
+def table_prefix(run_dir: str | Path | None) -> str:
+    """The run's replay tables' name prefix: the same for the same run directory (a resumed
+    run finds its durable tables again), random for a run without one."""
+    if run_dir is None:
+        return "run-" + secrets.token_hex(6)
+    return "run-" + hashlib.sha1(str(Path(run_dir).resolve()).encode()).hexdigest()[:12]
+
+
+def learner_scope(prefix: str, rank: int) -> str:
+    """Where learner ``rank``'s tables are named: ``<prefix>/learner<rank>/<the algorithm's name>``."""
+    return f"{prefix}/learner{rank}"
+
+
+def actors_insert(cfg: Config) -> bool:
+    """Whether the run's env runners insert into their own node's shard themselves: a table on
+    the store workers with one shard per worker, and an algorithm that names its adder."""
+    from kilorl.algos import get as get_algorithm
+
+    section = cfg.replay_buffer
+    spec = get_algorithm(cfg.algo.name)
+    return (section is not None and section.backend == "store" and section.sharding and section.shards is None
+            and spec.data_path == "replay" and spec.adder is not None)
+
+
+@dataclass(frozen=True)
+class ReplayInsert:
+    """What an env runner that inserted its rollout's rows into its node's shard hands the
+    learner in place of the rollout: where they went and how many, no rows."""
+
+    table: str
+    worker: str
+    """Address of the store worker (the env runner's node's) that holds the rows."""
+    rows: int
+    env_steps: int
+    version: int | None
+
+
+class ActorInserts:
+    """The env runner's side: its rollouts' rows into its own node's shard of its learner's table."""
+
+    def __init__(self, cfg: Config, client: Any, prefix: str, index: int) -> None:
+        from kilorl.algos import get as get_algorithm
+
+        self.client, self.algo = client, cfg.algo
+        self.adder = get_algorithm(cfg.algo.name).load("adder")
+        self.scope = learner_scope(prefix, index % cfg.parallelism.learner) + "/"
+        self.table: str | None = None
+
+    def _find(self) -> str:
+        """The learner's table on this node's worker (the learner made it before any rollout)."""
+        names = [t["name"] for t in self.client.replay_tables.list() if t["name"].startswith(self.scope)]
+        if len(names) != 1:
+            raise RuntimeError(f"replay_buffer: the store worker {self.client.address} holds "
+                               f"{names or 'no'} replay table under {self.scope!r}; an env runner inserts into "
+                               "exactly one (its learner's shard on this node)")
+        return names[0]
+
+    def insert(self, rollout: Rollout) -> ReplayInsert:
+        """The adder's rows of ``rollout`` in one insert (blocks while the rate limiter holds inserts back)."""
+        tables = self.client.replay_tables
+        if self.table is None:
+            self.table = self._find()
+        spec = tables.spec(self.table)
+        rows = self.adder(self.algo, rollout, bool(spec.stacked))
+        columns = {c.name: np.asarray(rows[c.name], c.dtype) for c in spec.columns}
+        tables.insert(self.table, columns)
+        n = len(columns[spec.columns[0].name])
+        return ReplayInsert(self.table, str(self.client.address), n, rollout.env_steps, rollout.version)
 
 
 class StoreReplayStorage:
@@ -32,6 +112,7 @@ class StoreReplayStorage:
     ``sample_budget`` says how many rows may be sampled now."""
 
     def __init__(self, table: ShardedTable, clients: list[Any], prioritized: Any = None) -> None:
+        """``table.external_inserts``: env runners insert into it (``ActorInserts``), this learner only samples."""
         self.table, self.clients, self.prioritized = table, clients, prioritized
         self.columns = {c.name: np.dtype(c.dtype) for c in table.spec.columns}
         self.min_size_to_sample = table.spec.limiter.min_size_to_sample
@@ -40,6 +121,11 @@ class StoreReplayStorage:
         self.progress = 0.0
         """Share of the run's env steps done (the learner sets it): where ``beta`` stands."""
         self._last: tuple[np.ndarray, np.ndarray] | None = None
+
+    @property
+    def name(self) -> str:
+        """The table's name on the store workers (a checkpoint records it)."""
+        return self.table.spec.name
 
     def insert(self, rows: Mapping[str, np.ndarray]) -> None:
         self.table.insert({k: np.asarray(v, self.columns[k]) for k, v in rows.items()})
@@ -76,7 +162,9 @@ class StoreReplayStorage:
                 "replay_inserted_rows": float(info["inserted_rows"]), "replay_sampled_rows": float(info["sampled_rows"]),
                 "replay_blocked_insert_s": float(info["blocked_insert_s"]),
                 "replay_blocked_sample_s": float(info["blocked_sample_s"]),
-                "replay_shards": float(len(info["shards"]))}
+                "replay_shards": float(len(info["shards"])),
+                "replay_learner_inserted_rows": float(self.table.inserted_here),
+                **{f"replay_shard{i}_inserted_rows": float(s["inserted_rows"]) for i, s in enumerate(info["shards"])}}
 
     def close(self) -> None:
         self.table.close()
@@ -84,8 +172,19 @@ class StoreReplayStorage:
             c.close()
 
 
+def node_workers(connect: Any) -> list[str]:
+    """Addresses of the run's store workers, one per node that has one (each waited for until it
+    serves), when ``connect`` is the run's ``NodeConnector``; else none (the mesh's members then)."""
+    nodes = getattr(connect, "addresses", None)
+    if nodes is None or not hasattr(connect, "resolve"):
+        return []
+    ids = sorted({*nodes, *getattr(connect, "nodes", {}), *getattr(connect, "files", {})})
+    return list(dict.fromkeys(connect.resolve(n) for n in ids))
+
+
 def shard_clients(connect: Any, section: ReplayBufferConfig) -> list[Any]:
-    """Clients of the workers that hold shards: this node's first, then the mesh's others."""
+    """Clients of the workers that hold shards: this node's first, then the others (every node's
+    worker the run started, or the mesh's members)."""
     own = connect()
     clients = [own]
     if section.sharding:
@@ -93,7 +192,7 @@ def shard_clients(connect: Any, section: ReplayBufferConfig) -> list[Any]:
         from kilorl.store import StoreClient
 
         seen = {_identity(own)}
-        for address in own.members:  # the mesh's members, each worker once whatever its address
+        for address in node_workers(connect) or own.members:  # each worker once whatever its address
             if address == own.address:
                 continue
             c = StoreClient(address, token=token)
@@ -136,9 +235,10 @@ def limiter_of(section: ReplayBufferConfig, batch_size: int) -> dict[str, Any]:
 
 
 def store_replay_factory(connect: Any, section: ReplayBufferConfig, run_id: str | None = None,
-                         batch_size: int = 1) -> Any:
+                         batch_size: int = 1, external_inserts: bool = False) -> Any:
     """``LearnerContext.replay_storage`` for a run with a ``replay_buffer`` section;
-    ``batch_size``: the rows the algorithm samples per gradient step."""
+    ``run_id``: the tables' name prefix (``learner_scope``); ``batch_size``: the rows the
+    algorithm samples per gradient step; ``external_inserts``: env runners insert (``ActorInserts``)."""
     run = run_id or secrets.token_hex(4)
     prio = section.prioritized
 
@@ -152,7 +252,8 @@ def store_replay_factory(connect: Any, section: ReplayBufferConfig, run_id: str 
                              chunk_length=section.chunk_length, seed=seed, durable=section.durable, stacked=stacked,
                              sampler="uniform" if prio is None else "prioritized",
                              alpha=0.6 if prio is None else prio.alpha, limiter=limiter_of(section, batch_size))
-            table = ShardedTable([c.replay_tables for c in clients], spec, seed=seed)
+            table = ShardedTable([c.replay_tables for c in clients], spec, seed=seed,
+                                 external_inserts=external_inserts)
         except BaseException:
             for c in clients:
                 c.close()

@@ -80,6 +80,9 @@ class RoleSession:
     """Versions a durable resume skipped past the checkpoint (see ``_durable_version``)."""
     backend: str = "gloo"
     """The learners' torch.distributed backend (resolved at start-up)."""
+    replay_prefix: str = ""
+    """The run's replay tables' names in the store workers, from ``run_dir`` (a resumed run
+    finds its durable tables again); set at start-up."""
     _started_ray: bool = False
 
     def __enter__(self) -> RoleSession:
@@ -101,6 +104,10 @@ class RoleSession:
 
         cfg, par = self.cfg, self.cfg.parallelism
         t0 = time.perf_counter()
+        if not self.replay_prefix:
+            from kilorl.roles.store_replay import table_prefix
+
+            self.replay_prefix = table_prefix(self.run_dir)
         if self.fleet is None and needs_local_store(cfg, self.cluster):
             self.fleet = start_local_store(cfg, self.l2_dir)  # before Ray: it comes up while Ray does
         self._started_ray = self.cluster.connect(*local_needs(cfg))
@@ -195,7 +202,8 @@ class RoleSession:
         # No task retries inside Ray: the loop re-collects a lost rollout itself, and counts it.
         actor_cls = ray.remote(max_restarts=ACTOR_MAX_RESTARTS, max_task_retries=0,
                                concurrency_groups=ROLE_CONCURRENCY)(ActorProcess)
-        return actor_cls.options(**options).remote(self.cfg, self.store, index, seed=seed, **self._report(replacement))
+        return actor_cls.options(**options).remote(self.cfg, self.store, index, seed=seed,
+                                                   replay_prefix=self.replay_prefix or None, **self._report(replacement))
 
     def spawn_learner(self, rank: int, state: dict[str, Any] | None, options: dict[str, Any],
                       replacement: bool = False, weights_version: int | None = None) -> Any:
@@ -207,7 +215,7 @@ class RoleSession:
 
         return ray.remote(concurrency_groups=ROLE_CONCURRENCY)(LearnerProcess).options(**options).remote(
             self.cfg, self.store, rank, self.cfg.parallelism.learner, self.backend, state=state,
-            weights_version=weights_version, **self._report(replacement))
+            weights_version=weights_version, replay_prefix=self.replay_prefix or None, **self._report(replacement))
 
     def _store_fleet(self) -> StoreFleet:
         from kilorl.trainer.store_fleet import StoreFleet

@@ -122,8 +122,10 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(dump_config(cfg))
         state, meta = self._starting_state()
-        if self._resume_from is None or not cfg.sync.durable:
-            # versions kept by an earlier run in this directory are not this run's to continue from
+        durable_replay = cfg.replay_buffer is not None and cfg.replay_buffer.durable
+        if self._resume_from is None or not (cfg.sync.durable or durable_replay):
+            # versions and replay tables kept by an earlier run in this directory are not this run's
+            # to continue from; a resume keeps them (its tables have the same names: store_replay.table_prefix)
             shutil.rmtree(self.l2_dir, ignore_errors=True)
         # This machine's store worker starts before Ray is imported: the worker's own start
         # (0.5 s of CPU) then runs on the core that the import leaves idle, not beside
@@ -176,7 +178,8 @@ class Trainer:
 
     @property
     def l2_dir(self) -> Path:
-        """Where the run's store workers keep durable (``sync.durable``) parameter versions."""
+        """Where the run's store workers keep durable (``sync.durable``) parameter versions and
+        durable (``replay_buffer.durable``) replay tables."""
         return self.run_dir / "store-l2"
 
     def _session(self, state: dict | None, meta: dict, t_start: float, fleet: Any = None) -> TrainResult:

@@ -106,3 +106,21 @@ def test_a_dueling_head_splits_value_and_mean_free_advantages():
     assert q.shape == (5, 3) and torch.equal(net.policy(obs), q.argmax(-1))
     with pytest.raises(ValueError, match="Discrete"):
         build_q_network(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Box(-1, 1, (2,)), ModelConfig())
+
+
+def test_a_nature_cnn_q_network_takes_uint8_frame_stacks_and_other_models_refuse_the_torso():
+    import gymnasium as gym
+    import torch
+
+    from kilorl.algos.dqn.model import build_q_network
+    from kilorl.config import ModelConfig
+    from kilorl.models import build_actor_critic
+
+    model_cfg = ModelConfig(torso="nature_cnn", hidden_sizes=[512], activation="relu")
+    obs_space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    q = build_q_network(obs_space, gym.spaces.Discrete(6), model_cfg)
+    frames = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    assert q(frames).shape == (3, 6) and q.cnn.out_dim == 64 * 7 * 7  # Nature's 3136 features
+    torch.testing.assert_close(q(frames), q(frames.float() / 255))  # bytes scaled to [0, 1] inside
+    with pytest.raises(ValueError, match="model.torso: nature_cnn is for Q networks"):
+        build_actor_critic(obs_space, gym.spaces.Discrete(6), model_cfg)

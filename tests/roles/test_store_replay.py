@@ -124,3 +124,45 @@ def test_frame_stack_without_stacked_observations_is_an_error_naming_the_field()
     with pytest.raises(ValueError, match=r"replay_buffer\.frame_stack: 4, but no column .* \[4, \.\.\.\] stacks"):
         stacked_columns(ReplayBufferConfig(frame_stack=4), schema)
     assert stacked_columns(ReplayBufferConfig(frame_stack=4), {**schema, "obs": ((4, 84, 84), np.uint8)}) == ("obs",)
+
+
+def test_env_runners_insert_themselves_only_into_a_table_with_a_shard_on_every_worker():
+    from kilorl.roles.store_replay import actors_insert
+    from tests.conftest import tiny_config
+
+    def cfg(**replay_buffer):
+        return tiny_config(algo={"name": "dqn"}, replay_buffer=replay_buffer)
+
+    assert actors_insert(cfg(sharding=True, compression="zstd"))
+    assert not actors_insert(cfg(sharding=False))  # one shard, on the learner's node: the learner inserts
+    assert not actors_insert(cfg(shards=1))
+    assert not actors_insert(cfg(backend="learner"))
+    assert not actors_insert(tiny_config(algo={"name": "dqn"}))
+
+
+def test_an_env_runners_rows_in_its_nodes_shard_are_the_adders_and_the_learners_budget_counts_them(store_worker):
+    """``ActorInserts`` (the env runner's side) puts the adder's rows of its rollout into the
+    learner's table on its node's worker; the learner, which inserted nothing, reads the
+    shard's counts for its rate limiter's budget and samples exactly those rows."""
+    from kilorl.roles.store_replay import ActorInserts, learner_scope
+    from tests.conftest import tiny_config
+
+    cfg = tiny_config(algo={"name": "dqn", "gamma": 0.9, "n_step": 3, "batch_size": 8},
+                      parallelism={"actor": 2, "learner": 1},
+                      replay_buffer={"compression": "zstd", "chunk_length": 4, "samples_per_insert": 2.0})
+    make = store_replay_factory(lambda: store_worker.client(), cfg.replay_buffer, learner_scope("run-t", 0),
+                                batch_size=8, external_inserts=True)
+    table = TransitionTable(1000, (16,), np.float32, gamma=0.9, n_step=3, seed=0, storage=make, name="dqn-0")
+    client = store_worker.client()
+    inserts = ActorInserts(cfg, client, "run-t", index=1)  # env runner 1 of 2: learner 1 % 1 = 0's table
+    r = rollout(5)
+    handed = inserts.insert(r)
+    assert handed.rows == 48 and handed.table == "run-t/learner0/dqn-0" and handed.worker == client.address
+    assert table.sample_budget() == 2 * (48 - 1)  # samples_per_insert x rows past min_size_to_sample (1)
+    expected = nstep_transitions(r, 0.9, 3)
+    got = table.sample(2000)
+    want = {tuple(expected["obs"][i].tolist()) + (expected["reward"][i],) for i in range(48)}
+    assert {tuple(got["obs"][i].tolist()) + (got["reward"][i],) for i in range(2000)} == want
+    assert table.stats()["replay_learner_inserted_rows"] == 0
+    client.close()
+    table.table.close()

@@ -37,6 +37,51 @@ def replay_across_nodes(fleet: StoreFleet) -> dict:
     return out
 
 
+def actors_insert_on_their_nodes(fleet: StoreFleet, store: object, nodes: list[str]) -> dict:
+    """DQN with its table sharded over both nodes' workers: one learner on node 0, an env
+    runner on each node. Each env runner inserts its rollouts into its own node's shard and
+    hands the learner a ``ReplayInsert``; the learner samples from both shards. The counts come
+    from each worker's own table stats."""
+    import time
+
+    from kilorl.roles.store_replay import ReplayInsert
+    from kilorl.store import StoreClient
+
+    t0 = time.perf_counter()
+
+    cfg = tiny_config(algo={"name": "dqn", "learning_starts": 0, "batch_size": 16, "train_freq": 8,
+                            "rollout_length": 16, "buffer_size": 4000},
+                      model={"hidden_sizes": [16]}, parallelism={"actor": 2, "learner": 1},
+                      replay_buffer={"sharding": True, "compression": "zstd"})
+    prefix = "check-actor-inserts"
+    pin = [NodeAffinitySchedulingStrategy(n, soft=False) for n in nodes]
+    learner = ray.remote(num_cpus=0)(LearnerProcess).options(scheduling_strategy=pin[0]).remote(
+        cfg, store, 0, 1, "gloo", replay_prefix=prefix)
+    ray.get(learner.start.remote(None))
+    first = 100  # past the PPO learners' versions of the same parameter name, on the same workers
+    ray.get(learner.publish.remote(first))
+    actors = [ray.remote(num_cpus=0)(ActorProcess).options(scheduling_strategy=pin[i]).remote(
+        cfg, store, i, seed=i, replay_prefix=prefix) for i in range(2)]
+    handed, stats, env_steps = [], [], 0
+    for version in (first + 1, first + 2):
+        refs = [a.collect.options(num_returns=2).remote(first, env_steps)[0] for a in actors]
+        got = ray.get(refs)
+        handed += [{"type": type(r).__name__, "worker": r.worker, "rows": r.rows} for r in got
+                   if isinstance(r, ReplayInsert)]
+        env_steps += sum(r.env_steps for r in got)
+        stats.append(ray.get(learner.update.remote(version, env_steps, *refs)))
+    workers = fleet.connector.addresses
+    tables = {}
+    for node in nodes:
+        client = StoreClient(workers[node], token=fleet.connector.token)
+        tables[node] = [t for t in client.replay_tables.list() if t["name"].startswith(prefix)]
+        client.close()
+    for h in (*actors, learner):
+        ray.kill(h)
+    return {"handed": handed, "tables": tables, "stats": stats, "seconds": time.perf_counter() - t0,
+            "actor_nodes": [nodes[0], nodes[1]], "learner_node": nodes[0]}
+
+
 def main() -> None:
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "object_store_memory": 80 << 20})
     cluster.add_node(num_cpus=2, object_store_memory=80 << 20)
@@ -66,6 +111,7 @@ def main() -> None:
             "digests": ray.get([lr.weights_digest.remote() for lr in learners]),
             "master": master,
             "replay": replay_across_nodes(fleet),
+            "actor_inserts": actors_insert_on_their_nodes(fleet, store, nodes),
         }))
     finally:
         if fleet is not None:

@@ -62,6 +62,21 @@ def nstep_transitions(rollout: Rollout, gamma: float, n_step: int) -> dict[str, 
     }
 
 
+def replay_rows(algo_cfg: Any, rollout: Rollout, stacked: bool = False) -> dict[str, np.ndarray]:
+    """The adder's rows of ``rollout`` for an algorithm section with ``gamma`` and ``n_step``
+    (what an env runner inserts into its node's shard itself); ``stacked``: the table keeps
+    frame stacks, so each env's steps go in consecutively (their stacks overlap)."""
+    rows = nstep_transitions(rollout, algo_cfg.gamma, algo_cfg.n_step)
+    return env_major(rows, rollout) if stacked else rows
+
+
+def env_major(rows: dict[str, np.ndarray], rollout: Rollout) -> dict[str, np.ndarray]:
+    """Rows of ``[T * N]`` order put in ``[N * T]`` order: each env's steps consecutive."""
+    T, N = rollout.steps[keys.REWARDS].shape
+    order = np.arange(T * N).reshape(T, N).T.ravel()
+    return {k: v[order] for k, v in rows.items()}
+
+
 class TransitionTable(ReplaySource):
     """A table of n-step transitions (a ``RingTable`` here, or ``storage``'s, e.g. in the
     store workers); ``add`` is the adder."""
@@ -79,9 +94,7 @@ class TransitionTable(ReplaySource):
     def add(self, rollout: Rollout) -> None:
         rows = nstep_transitions(rollout, self.gamma, self.n_step)
         if getattr(self.table, "stacked", False):  # each env's steps consecutive: their stacks overlap
-            T, N = rollout.steps[keys.REWARDS].shape
-            order = np.arange(T * N).reshape(T, N).T.ravel()
-            rows = {k: v[order] for k, v in rows.items()}
+            rows = env_major(rows, rollout)
         self.table.insert(rows)
         self.inserted_env_steps += rollout.env_steps
 
@@ -123,9 +136,12 @@ class TransitionTable(ReplaySource):
 
 def table_state(table: TransitionTable | None, meta: dict[str, Any]) -> dict[str, Any]:
     """A learner-held table's columns as checkpoint tensors (``replay/<column>``), its counters
-    into ``meta["replay"]``; a table in the store workers stays there (nothing)."""
+    into ``meta["replay"]``; a table in the store workers stays there, and ``meta["replay_table"]``
+    names it (the table a resumed run finds again)."""
     import torch
 
+    if table is not None and isinstance(getattr(table.table, "name", None), str):
+        meta["replay_table"] = table.table.name  # type: ignore[attr-defined]
     if table is None or not isinstance(table.table, RingTable):
         return {}
     arrays, table_meta = table.table.state()

@@ -20,13 +20,11 @@ from kilorl.algos.api import AlgorithmLearner, LearnerContext
 from kilorl.algos.common.checkpointing import NamedParts
 from kilorl.algos.common.device import pick_device
 from kilorl.algos.common.optimizer_step import OptimizerStep
-from kilorl.algos.common.replay_table import RingTable
 from kilorl.algos.common.targets import TargetUpdater
+from kilorl.algos.common.transitions import load_table_state, table_state
 from kilorl.algos.dqn.config import DQNConfig
 from kilorl.algos.dqn.transitions import COLUMNS, WEIGHT, TransitionTable
 from kilorl.envs.normalization import RunningMeanStd
-
-_REPLAY = "replay/"
 
 
 class DQNLearner(AlgorithmLearner):
@@ -138,11 +136,7 @@ class DQNLearner(AlgorithmLearner):
         tensors, parts_meta = self.parts.state()
         meta: dict[str, Any] = {"env_steps": self.env_steps, "credit": self.credit,
                                 "target_done_until": self.targets.done_until, **parts_meta}
-        if isinstance(self.table, TransitionTable) and isinstance(self.table.table, RingTable):
-            # a table in the store workers stays there: checkpoints keep the learner's own only
-            arrays, table_meta = self.table.table.state()
-            tensors.update({_REPLAY + k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()})
-            meta["replay"] = {**table_meta, "inserted_env_steps": self.table.inserted_env_steps}
+        tensors.update(table_state(self.table, meta))  # a store table stays there: its name only
         return {
             "model": {k: v.detach().cpu() for k, v in self.q.state_dict().items()},
             "optimizer": self.opt.state_dict(),
@@ -165,7 +159,4 @@ class DQNLearner(AlgorithmLearner):
         self.env_steps = int(meta.get("env_steps", 0))
         self.credit = float(meta.get("credit", 0.0))
         self.targets.done_until = int(meta.get("target_done_until", self.env_steps // self.algo.target_update_interval))
-        if "replay" in meta and self.table is not None and isinstance(self.table.table, RingTable):
-            arrays = {k[len(_REPLAY):]: np.asarray(v) for k, v in tensors.items() if k.startswith(_REPLAY)}
-            self.table.table.load(arrays, meta["replay"])
-            self.table.inserted_env_steps = int(meta["replay"]["inserted_env_steps"])
+        load_table_state(self.table, tensors, meta)

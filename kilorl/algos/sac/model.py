@@ -122,6 +122,8 @@ class QEnsemble(nn.Module):
 
 def build_sac_actor(obs_space: gym.Space, action_space: gym.Space, model_cfg, algo_cfg=None) -> SquashedGaussianActor:
     """From a ``ModelConfig``: ``hidden_sizes`` and ``activation``."""
+    if getattr(model_cfg, "torso", "mlp") != "mlp":
+        raise ValueError(f"model.torso: {model_cfg.torso} is for Q networks (algo.name: dqn); this model is an MLP")
     if not isinstance(action_space, gym.spaces.Box):
         raise ValueError(f"SAC needs a Box action space, got {action_space}")
     if not isinstance(obs_space, gym.spaces.Box):

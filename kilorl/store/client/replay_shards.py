@@ -25,14 +25,17 @@ class ShardedTable:
     """``spec`` made on every shard (capacity split evenly, seeds apart)."""
 
     def __init__(self, shards: Sequence[ReplayTables], spec: TableSpec, *, home: int | None = None,
-                 seed: int = 0) -> None:
-        """``home``: the shard every insert goes to (an actor's own node's); None: round robin."""
+                 seed: int = 0, external_inserts: bool = False) -> None:
+        """``home``: the shard every insert goes to (an actor's own node's); None: round robin.
+        ``external_inserts``: other clients insert (each into its own node's shard), so the
+        rate limiters' counts are read from the shards instead of counted here."""
         if not shards:
             raise InvalidRequest("shards: a sharded table needs at least one worker")
         if home is not None and not 0 <= home < len(shards):
             raise InvalidRequest(f"home: shard {home} of {len(shards)}")
         n = len(shards)
         self.spec, self.shards, self.home = spec, list(shards), home
+        self.external_inserts = external_inserts
         per = -(-spec.capacity // n)
         lim = spec.limiter
         min_size = max(1, -(-lim.min_size_to_sample // n))
@@ -43,6 +46,7 @@ class ShardedTable:
         self._inserted = np.zeros(n, np.int64)
         """Rows this client inserted into each shard (the rate limiter's count on that side)."""
         self._sampled = np.zeros(n, np.int64)
+        self._inserted_here = 0
         self._next = itertools.cycle(range(n))
         self._weights = np.zeros(n)
         self._rng = np.random.Generator(np.random.PCG64(seed))
@@ -53,7 +57,9 @@ class ShardedTable:
         """One chunk into the home shard (or the next one); returns (shard, first row id)."""
         i = self.home if self.home is not None else next(self._next)
         first = self.shards[i].insert(self.spec.name, columns, priorities=priorities, timeout=timeout)
-        self._inserted[i] += len(next(iter(columns.values())))
+        rows = len(next(iter(columns.values())))
+        self._inserted[i] += rows
+        self._inserted_here += rows
         return i, first
 
     def _owed(self) -> np.ndarray:
@@ -63,11 +69,21 @@ class ShardedTable:
         return spi * (self._inserted - self._min_size) - self._sampled
 
     def sample_budget(self) -> int | None:
-        """Rows the shards' rate limiters admit now, counted by this client, which must be the
-        table's only inserter and sampler; None: the table has no rate limiter."""
+        """Rows the shards' rate limiters admit now; None: the table has no rate limiter. This
+        client must be the table's only sampler; its only inserter too, unless
+        ``external_inserts`` (then the shards' own counts are read, one request per shard)."""
         if self.spec.limiter.samples_per_insert is None:
             return None
+        if self.external_inserts:
+            infos = self._map(lambda s: s.info(self.spec.name), self.shards)
+            self._inserted = np.array([int(i["inserted_rows"]) for i in infos], np.int64)
+            self._sampled = np.array([int(i["sampled_rows"]) for i in infos], np.int64)
         return int(np.floor(np.maximum(self._owed(), 0.0).sum()))
+
+    @property
+    def inserted_here(self) -> int:
+        """Rows this client inserted itself (0 for a learner whose env runners insert)."""
+        return int(self._inserted_here)
 
     def _refresh(self) -> None:
         infos = self._map(lambda s: s.info(self.spec.name), self.shards)

@@ -93,6 +93,14 @@ def encode_stacks(stacks: np.ndarray, codec: str, level: int = 3) -> bytes:
 def decode_stacks(blob: Any, codec: str, rows: int, k: int, frame_shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """The ``[rows, k, *frame_shape]`` stacks ``encode_stacks`` encoded; ``ValueError`` when
     the indices or the frames do not fit."""
+    frames, index = decode_frames(blob, codec, rows, k, frame_shape, dtype)
+    return frames[index]
+
+
+def decode_frames(blob: Any, codec: str, rows: int, k: int, frame_shape: tuple[int, ...],
+                  dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``encode_stacks``'s distinct frames ``[F, *frame_shape]`` and its ``[rows, k]`` frame
+    indices: a reader that wants a few rows stacks only those (``frames[index[rows]]``)."""
     blob = memoryview(blob).cast("B")
     n = rows * k * 4
     if len(blob) < n:
@@ -103,5 +111,4 @@ def decode_stacks(blob: Any, codec: str, rows: int, k: int, frame_shape: tuple[i
         raise ValueError("negative frame index")
     frame_nbytes = int(np.prod(frame_shape, dtype=np.int64)) * np.dtype(dtype).itemsize
     raw = decompress(blob[n:], codec, frames_n * frame_nbytes)
-    frames = np.frombuffer(raw, dtype).reshape(frames_n, *frame_shape)
-    return frames[index]
+    return np.frombuffer(raw, dtype).reshape(frames_n, *frame_shape), index

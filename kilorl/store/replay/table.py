@@ -286,22 +286,23 @@ class Table:
         return Sample(columns, ids, probs, size, total)
 
     def _gather(self, chunks: list[Chunk], inverse: np.ndarray, offsets: np.ndarray) -> dict[str, np.ndarray]:
-        starts = np.zeros(len(chunks), np.int64)
-        np.cumsum([c.rows for c in chunks[:-1]], out=starts[1:])
-        rows = starts[inverse] + offsets
+        """The sampled rows of the packed columns: each touched chunk decoded once, and only its
+        sampled rows copied out (a frame-stack column stacks only those rows' frames)."""
+        order = np.argsort(inverse, kind="stable")  # sample positions grouped by chunk
+        bounds = np.searchsorted(inverse[order], np.arange(len(chunks) + 1))
         out = {}
         for col in self.packed:
-            if col.name in self.spec.stacked:  # each chunk's distinct frames, stacked again
-                allrows = np.concatenate([codec.decode_stacks(ch.blobs[col.name][1], ch.blobs[col.name][0], ch.rows,
-                                                              col.shape[0], col.shape[1:], col.dtype) for ch in chunks])
-                out[col.name] = allrows[rows]
-                continue
-            raws = []
-            for ch in chunks:
+            dest = np.empty((len(inverse), *col.shape), col.dtype)
+            for j, ch in enumerate(chunks):
+                pos = order[bounds[j]:bounds[j + 1]]
                 name, blob = ch.blobs[col.name]
-                raws.append(codec.decompress(blob, name, ch.rows * col.row_nbytes))
-            allrows = np.frombuffer(b"".join(raws), col.dtype).reshape(-1, *col.shape)
-            out[col.name] = allrows[rows]
+                if col.name in self.spec.stacked:  # the chunk's distinct frames, stacked again
+                    frames, index = codec.decode_frames(blob, name, ch.rows, col.shape[0], col.shape[1:], col.dtype)
+                    dest[pos] = frames[index[offsets[pos]]]
+                else:
+                    raw = codec.decompress(blob, name, ch.rows * col.row_nbytes)
+                    dest[pos] = np.frombuffer(raw, col.dtype).reshape(ch.rows, *col.shape)[offsets[pos]]
+            out[col.name] = dest
         return out
 
     def update_priorities(self, ids: np.ndarray, priorities: np.ndarray) -> int:
