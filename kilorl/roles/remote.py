@@ -22,7 +22,10 @@ class ActorProcess(Actor):
     """An ``EnvRunner`` built in the Ray actor's process (the ``actor`` role)."""
 
     def __init__(self, cfg: Any, store: Any, index: int, *args: Any, monitor: Any = None, **kwargs: Any) -> None:
-        from kilorl.roles.env_runner import EnvRunner
+        if several_policies(cfg):
+            from kilorl.roles.policy_columns import MultiPolicyEnvRunner as EnvRunner
+        else:
+            from kilorl.roles.env_runner import EnvRunner
 
         self._report = None
         self._writer: Any = None
@@ -68,6 +71,11 @@ class ActorProcess(Actor):
         return ray.get_runtime_context().get_node_id(), str(getattr(self._role.store.client, "address", ""))
 
 
+def several_policies(cfg: Any) -> bool:
+    """A run of several policies (``multi_agent.policies``): its roles are the per-policy ones."""
+    return cfg.multi_agent is not None and cfg.multi_agent.several
+
+
 def rendezvous_here() -> tuple[str, int]:
     """This node's address and a port free on it: where rank 0 hosts the process group.
 
@@ -103,7 +111,10 @@ class LearnerProcess(Learner):
         return rendezvous_here()
 
     def start(self, master: tuple[str, int] | None = None) -> None:
-        from kilorl.roles.learner import LearnerRole
+        if several_policies(self._args[0]):
+            from kilorl.roles.policy_learners import PolicyLearners as LearnerRole
+        else:
+            from kilorl.roles.learner import LearnerRole
 
         args, kwargs = list(self._args), {**self._kwargs, "master": master}
         monitor = kwargs.pop("monitor", None)
