@@ -111,3 +111,21 @@ def test_a_checkpoint_without_a_policys_part_is_refused_naming_it(tmp_path):
     del state["policies"]["rest"]
     with pytest.raises(ValueError, match=r"the checkpoint has no part for \['rest'\]"):
         PolicyLearners(cfg, InMemoryParameterStore(), state=state)
+
+
+SCRIPTED = {"id": "tests.envs.scripted_agents:parallel_env", "max_num_agents": 2}
+
+
+def test_kilorl_eval_plays_each_agent_with_its_policys_part_and_reports_each_policys_return(tmp_path):
+    from kilorl.trainer.evaluate import evaluate
+
+    # scripted rewards per episode: a_0 2 (ends after step 2), a_1 50, late 200 (appears after step 3)
+    cfg = tiny_config(env=SCRIPTED, multi_agent={"policies": {"early": {}, "late": {}},
+                                                 "policy_mapping": {"a_*": "early", "late": "late"}},
+                      algo={"rollout_length": 6, "num_minibatches": 1, "update_epochs": 1},
+                      parallelism={"actor": 1, "envs_per_actor": 1})
+    _, learners = started(cfg)
+    write_checkpoint(tmp_path, learners.checkpoint_files(), {"env_steps": 0, "config": cfg.model_dump(mode="json")})
+    result = evaluate(tmp_path, episodes=3)
+    assert result.returns == [252.0] * 3
+    assert result.policy_return_means == {"early": 52.0, "late": 200.0}
