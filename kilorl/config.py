@@ -157,6 +157,9 @@ class ResourcesConfig(_Section):
     """Resources of one actor (packed tightly, may go anywhere)."""
     parameter_server: RoleResources = Field(default_factory=lambda: RoleResources(gpus=0.0, cpus=1.0, memory_gb=8.0))
     """Resources of one parameter-server shard (placed near the learners)."""
+    policies: dict[str, RoleResources] = Field(default_factory=dict)
+    """With several ``multi_agent.policies``: each policy's learner process by policy name, its
+    ``nodes`` labels keeping it on the nodes that carry them; a policy not named takes ``learner``."""
 
 
 class TrainConfig(_Section):

@@ -53,9 +53,34 @@ def check_policies(cfg: Any, describe: Callable[[ValidationError], str]) -> None
     from kilorl.algos.registry import get as algo_spec
 
     section = cfg.multi_agent
+    placed = sorted(cfg.resources.policies)
+    if placed and (section is None or not section.several):
+        raise ValueError(f"resources.policies: {placed} given, but the run has no several multi_agent.policies "
+                         "(a run of one policy places its learners with resources.learner)")
     if section is None or not section.several:
         return
+    unknown = [p for p in placed if p not in section.policies]
+    if unknown:
+        raise ValueError(f"resources.policies: {unknown} are not in multi_agent.policies "
+                         f"({', '.join(section.policies)})")
+    if cfg.sync.durable:
+        raise ValueError(f"sync.durable: not supported with several policies (multi_agent.policies: "
+                         f"{', '.join(section.policies)}) so far: a resume takes each policy from its checkpoint part")
     normalize = [f for f in ("normalize_obs", "normalize_reward") if getattr(cfg.env, f)]
     for view in policy_configs(cfg, describe).values():
         section.check_several(algo_spec(view.algo.name).data_path, cfg.parallelism.learner, normalize,
                               cfg.store.transport, view.model.recurrent is not None)
+
+
+def learner_roles(cfg: Any) -> dict[str, str]:
+    """Scheduler role -> policy of each policy's learner process (``learner/<policy>``); ``{}``
+    for a run of one policy, whose learners are the ``learner`` role."""
+    section = cfg.multi_agent
+    if section is None or not section.several:
+        return {}
+    return {f"learner/{name}": name for name in section.policies}
+
+
+def learner_resources(cfg: Any, policy: str) -> Any:
+    """``resources.policies.<policy>``, or ``resources.learner`` where the policy is not named."""
+    return cfg.resources.policies.get(policy, cfg.resources.learner)

@@ -75,7 +75,8 @@ class OnPolicyLoop:
                         note_restart_timeout(err, self.restart_timeout_s)
                         raise
                     self.republished += 1
-                    ray.get(self.roles.learners[0].publish.remote(self.iteration))
+                    publishers = self.roles.learners if self.roles.learners_per_policy else self.roles.learners[:1]
+                    ray.get([h.publish.remote(self.iteration) for h in publishers])
                 except ray.exceptions.RayActorError as err:  # died mid-rollout, restarted in place, or still restarting
                     if j not in failed_at:
                         failed_at[j] = time.monotonic()
@@ -110,12 +111,15 @@ class OnPolicyLoop:
             rollout_refs, info_refs, min_version = self.pending.popleft()
             infos = self._resolve(rollout_refs, info_refs, min_version)
             steps_after = self.env_steps + self.cfg.rollout_steps
-            updates = [learners[r].update.remote(self.iteration + 1, steps_after, *rollout_refs[r::n]) for r in range(n)]
+            per_policy = self.roles.learners_per_policy  # each policy's process takes its part of every rollout
+            updates = [learners[r].update.remote(self.iteration + 1, steps_after,
+                                                 *(rollout_refs if per_policy else rollout_refs[r::n])) for r in range(n)]
             self.env_steps = steps_after  # counted before _room: the rollout is consumed
             if self._room():
                 self._submit()
-            stats = {**learner_results(updates, self.on_wait)[0], "lost_rollouts": float(self.lost_rollouts),
-                     "republished": float(self.republished)}
+            results = learner_results(updates, self.on_wait)
+            stats = {**(merge_policy_stats(results) if per_policy else results[0]),
+                     "lost_rollouts": float(self.lost_rollouts), "republished": float(self.republished)}
             self.iteration += 1
             yield IterationResult(self.iteration, self.env_steps, infos, stats, last=not self.pending)
 
@@ -138,3 +142,13 @@ def learner_results(refs: list[Any], on_wait: WaitHook | None = None) -> list[di
             except ray.exceptions.RayActorError as err:
                 raise LearnerLost(f"learner {rank[ref]} died ({type(err).__name__})") from err
     return ray.get(refs)
+
+
+def merge_policy_stats(results: list[dict[str, float]]) -> dict[str, float]:
+    """One row from the learner processes of several policies: their ``<stat>/<policy>`` entries
+    side by side, and the learners' update and publish time as the slowest process's."""
+    out: dict[str, float] = {}
+    for stats in results:
+        for key, value in stats.items():
+            out[key] = max(out.get(key, value), value) if key in ("learner_update_s", "publish_s") else value
+    return out

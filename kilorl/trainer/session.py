@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from kilorl.config import Config
+from kilorl.config_policies import learner_roles
 from kilorl.trainer.cluster import Cluster
 
 if TYPE_CHECKING:
@@ -122,7 +123,11 @@ class RoleSession:
         self.store = parameter_store(cfg, self.fleet, self.placement.shard_nodes())
         weights_version = self._durable_version()
         self.backend = self.cluster.backend_for(cfg.train.device)
-        for r in range(par.learner):
+        policies = learner_roles(cfg)
+        for role, policy in policies.items():  # several policies: a learner process each, on its planned node
+            self.learners.append(self.spawn_learner(0, self.state, self.placement.options(role, 0),
+                                                    weights_version=weights_version, policies=[policy]))
+        for r in range(0 if policies else par.learner):
             self.learners.append(self.spawn_learner(r, self.state, self.placement.options("learner", r),
                                                     weights_version=weights_version))
         # Fresh seeds after a resume, so a continued run does not replay the same episodes.
@@ -198,16 +203,37 @@ class RoleSession:
         return actor_cls.options(**options).remote(self.cfg, self.store, index, seed=seed, **self._report(replacement))
 
     def spawn_learner(self, rank: int, state: dict[str, Any] | None, options: dict[str, Any],
-                      replacement: bool = False, weights_version: int | None = None) -> Any:
+                      replacement: bool = False, weights_version: int | None = None,
+                      policies: list[str] | None = None) -> Any:
         """A new learner process, built by its ``start()``; ``state`` is a checkpoint's learner state,
-        ``weights_version`` a durable version whose weights replace the checkpoint's."""
+        ``weights_version`` a durable version whose weights replace the checkpoint's; ``policies``:
+        the policies it trains in a run of several (``kilorl.roles.policy_learners``)."""
         import ray
 
         from kilorl.roles.remote import LearnerProcess
 
+        several = {} if policies is None else {"policies": policies}
         return ray.remote(concurrency_groups=ROLE_CONCURRENCY)(LearnerProcess).options(**options).remote(
             self.cfg, self.store, rank, self.cfg.parallelism.learner, self.backend, state=state,
-            weights_version=weights_version, **self._report(replacement))
+            weights_version=weights_version, **several, **self._report(replacement))
+
+    @property
+    def learners_per_policy(self) -> bool:
+        """Each learner process trains its own policies on every actor's rollouts (several policies)."""
+        return bool(learner_roles(self.cfg))
+
+    def checkpoint_files(self) -> Any:
+        """The learners' checkpoint files: rank 0's, or every policy's part (several policies)."""
+        import ray
+
+        parts = ray.get([h.checkpoint_files.remote() for h in self.learners[:None if self.learners_per_policy else 1]])
+        if len(parts) == 1:
+            return parts[0]
+        from kilorl.core import CheckpointFiles
+
+        files = {name: data for part in parts for name, data in part.files.items()}
+        meta = {key: {k: v for part in parts for k, v in part.meta[key].items()} for key in parts[0].meta}
+        return CheckpointFiles(files, meta)
 
     def _store_fleet(self) -> StoreFleet:
         from kilorl.trainer.store_fleet import StoreFleet
