@@ -66,6 +66,9 @@ def check_policies(cfg: Any, describe: Callable[[ValidationError], str]) -> None
     if cfg.sync.durable:
         raise ValueError(f"sync.durable: not supported with several policies (multi_agent.policies: "
                          f"{', '.join(section.policies)}) so far: a resume takes each policy from its checkpoint part")
+    if cfg.monitor.prometheus.enabled and cfg.monitor.migration.enabled:
+        raise ValueError(f"monitor.migration.enabled: moving a policy's learner process (multi_agent.policies: "
+                         f"{', '.join(section.policies)}) is not built; set it to false to monitor without moves")
     normalize = [f for f in ("normalize_obs", "normalize_reward") if getattr(cfg.env, f)]
     for view in policy_configs(cfg, describe).values():
         section.check_several(algo_spec(view.algo.name).data_path, cfg.parallelism.learner, normalize,

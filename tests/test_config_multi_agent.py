@@ -50,6 +50,8 @@ def test_a_policys_bad_section_is_named_with_the_policy():
     ({"parallelism": {"learner": 2}}, r"parallelism.learner=2: several policies"),
     ({"env": {**SPREAD, "normalize_obs": True}}, r"env.normalize_obs: not supported with several policies"),
     ({"store": {"transport": "store"}}, r"store.transport=store: several policies"),
+    ({"sync": {"durable": True}}, r"sync.durable: not supported with several policies"),
+    ({"monitor": {"prometheus": {"enabled": True}}}, r"monitor.migration.enabled: moving a policy's learner"),
 ])
 def test_what_several_policies_do_not_support_yet_is_refused_naming_the_field(sections, field):
     with pytest.raises(ConfigError, match=field):
