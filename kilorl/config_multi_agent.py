@@ -4,9 +4,10 @@
 matching pattern wins, and every agent mapped to one policy shares its parameters. The
 mapping is checked against the environment's agents when the env runners start
 (``kilorl.envs.agent_mapping``): an agent no pattern maps, or agents of different spaces on
-one policy, are errors naming them. This build trains one policy (every agent column feeds
-the run's ``algo`` and ``model``); per-policy learners, published names and checkpoints
-attach to the same section (docs/architecture.md, "Where the planned work attaches").
+one policy, are errors naming them. Each policy may bring its own ``algo`` and ``model``
+sections (absent: the run's); with several policies each is published under its own name
+(``policy/<name>``), trained by its own learner group and checkpointed apart
+(``kilorl.config_policies``, ``kilorl.roles.policy_learners``).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class MultiAgentConfig(Section):
         """Whether the learners update ``policy`` (``policies_to_train``; the others stay as they are)."""
         return self.policies_to_train is None or policy in self.policies_to_train
 
-    def check_several(self, data_path: str, learners: int, normalize: list[str], transport: str,
+    def check_several(self, data_path: str, normalize: list[str], transport: str,
                       recurrent: bool) -> None:
         """What several policies in one run need so far; a ValueError naming the field."""
         if not self.several:
@@ -77,9 +78,6 @@ class MultiAgentConfig(Section):
         if data_path != "on_policy":
             raise ValueError(f"multi_agent.policies ({names}): several policies train on the on_policy data path "
                              f"only so far, the algorithm is on {data_path}")
-        if learners != 1:
-            raise ValueError(f"parallelism.learner={learners}: several policies (multi_agent.policies: {names}) "
-                             "train in one learner process so far (each its own algorithm and optimizer)")
         if normalize:
             raise ValueError(f"env.{normalize[0]}: not supported with several policies (multi_agent.policies: "
                              f"{names}): the normaliser statistics would have to be kept per policy")

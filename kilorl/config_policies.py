@@ -71,7 +71,7 @@ def check_policies(cfg: Any, describe: Callable[[ValidationError], str]) -> None
                          f"{', '.join(section.policies)}) is not built; set it to false to monitor without moves")
     normalize = [f for f in ("normalize_obs", "normalize_reward") if getattr(cfg.env, f)]
     for view in policy_configs(cfg, describe).values():
-        section.check_several(algo_spec(view.algo.name).data_path, cfg.parallelism.learner, normalize,
+        section.check_several(algo_spec(view.algo.name).data_path, normalize,
                               cfg.store.transport, view.model.recurrent is not None)
 
 

@@ -47,7 +47,6 @@ def test_a_policys_bad_section_is_named_with_the_policy():
 
 
 @pytest.mark.parametrize(("sections", "field"), [
-    ({"parallelism": {"learner": 2}}, r"parallelism.learner=2: several policies"),
     ({"env": {**SPREAD, "normalize_obs": True}}, r"env.normalize_obs: not supported with several policies"),
     ({"store": {"transport": "store"}}, r"store.transport=store: several policies"),
     ({"sync": {"durable": True}}, r"sync.durable: not supported with several policies"),

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 
 class PolicyLearners(Learner):
-    """Some or all policies' learners, in this process (one rank each: ``parallelism.learner: 1``)."""
+    """Some or all policies' learners in this process; with ``world`` ranks, one policy's rank ``rank``
+    (its own process group: the trainer starts a group of processes per policy)."""
 
     def __init__(self, cfg: Config, store: ParameterStore, rank: int = 0, world: int = 1, backend: str = "gloo",
                  master: tuple[str, int] | None = None, state: dict[str, Any] | None = None,
@@ -30,21 +31,23 @@ class PolicyLearners(Learner):
         """``state``: a checkpoint's ``{"policies": {name: learner state}}`` (``load_checkpoint``).
         ``policies``: the ones this process trains (None: all); the trainer starts a process per
         policy, each placed on its policy's nodes (``resources.policies``)."""
-        if world != 1:
-            raise ValueError(f"parallelism.learner={world}: a policy trains in one learner process so far")
         assert cfg.multi_agent is not None
         views = cfg.policy_configs()
         unknown = sorted(set(policies or []) - set(views))
         if unknown:
             raise ValueError(f"multi_agent.policies: no policy {unknown} (have {sorted(views)})")
         views = {n: v for n, v in views.items() if policies is None or n in policies}
+        if world > 1 and len(views) > 1:
+            raise ValueError(f"parallelism.learner={world}: ranks of one process group train one policy; this "
+                             f"process was given {sorted(views)} (the trainer starts a group per policy)")
         saved = (state or {}).get(POLICIES_DIR, {})
         missing = [n for n in views if state is not None and n not in saved]
         if missing:
             raise ValueError(f"multi_agent.policies: the checkpoint has no part for {missing} "
                              f"(it has {sorted(saved)})")
-        self.roles = {name: LearnerRole(view, store, state=saved.get(name), weights_version=weights_version,
-                                        policy=name, trains=cfg.multi_agent.trains(name))
+        self.roles = {name: LearnerRole(view, store, rank, world, backend, master, state=saved.get(name),
+                                        weights_version=weights_version, policy=name,
+                                        trains=cfg.multi_agent.trains(name))
                       for name, view in views.items()}
 
     def publish(self, version: int) -> None:

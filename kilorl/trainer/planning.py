@@ -29,8 +29,9 @@ def requests_from_config(cfg: Config, topology: Any = None) -> list[Any]:
         return nodes_with_labels(role, getattr(res, role).nodes, topology)
 
     policies = learner_roles(cfg)
-    if policies:  # several policies: one learner process each, on its own policy's nodes
-        learners = [GangRequest(role, 1, demand(learner_resources(cfg, p)),
+    if policies:  # several policies: a learner group each, on its own policy's nodes
+        learners = [GangRequest(role, par.learner, demand(learner_resources(cfg, p)), (Affinity("same_island"),),
+                                collective=True,
                                 only_nodes=nodes_with_labels(role, learner_resources(cfg, p).nodes, topology,
                                                              f"resources.policies.{p}.nodes"))
                     for role, p in policies.items()]

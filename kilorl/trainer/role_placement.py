@@ -53,8 +53,8 @@ def local_needs(cfg: Config) -> tuple[float, float]:
     par, res = cfg.parallelism, training_config(cfg).resources
     each = [(par.actor, res.actor), (par.parameter_server, res.parameter_server)]
     policies = learner_roles(cfg)
-    if policies:  # a learner process per policy
-        each += [(1, learner_resources(training_config(cfg), p)) for p in policies.values()]
+    if policies:  # a learner group per policy
+        each += [(par.learner, learner_resources(training_config(cfg), p)) for p in policies.values()]
     else:
         each.append((par.learner, res.learner))
     cpus = sum(n * r.cpus for n, r in each)

@@ -124,18 +124,21 @@ class RoleSession:
         weights_version = self._durable_version()
         self.backend = self.cluster.backend_for(cfg.train.device)
         policies = learner_roles(cfg)
-        for role, policy in policies.items():  # several policies: a learner process each, on its planned node
-            self.learners.append(self.spawn_learner(0, self.state, self.placement.options(role, 0),
-                                                    weights_version=weights_version, policies=[policy]))
+        for role, policy in policies.items():  # several policies: a learner group each, on its planned nodes
+            self.learners += [self.spawn_learner(r, self.state, self.placement.options(role, r),
+                                                 weights_version=weights_version, policies=[policy])
+                              for r in range(par.learner)]
         for r in range(0 if policies else par.learner):
             self.learners.append(self.spawn_learner(r, self.state, self.placement.options("learner", r),
                                                     weights_version=weights_version))
         # Fresh seeds after a resume, so a continued run does not replay the same episodes.
         for i in range(par.actor):
             self.actors.append(self.spawn_actor(i, self.actor_seed(i), self.placement.options("actor", i)))
-        # Rank 0 names the rendezvous on its own node; every rank then builds its role.
-        master = ray.get(self.learners[0].rendezvous.remote()) if par.learner > 1 else None
-        starts = [h.start.remote(master) for h in self.learners]
+        # Each group's rank 0 names its rendezvous on its own node (a process group per policy);
+        # every rank then builds its role.
+        groups = [self.learners[g:g + par.learner] for g in range(0, len(self.learners), par.learner)]
+        masters = [ray.get(group[0].rendezvous.remote()) if par.learner > 1 else None for group in groups]
+        starts = [h.start.remote(master) for group, master in zip(groups, masters, strict=True) for h in group]
         # All roles start in parallel; start-up ends when every one is built and the first
         # version is published, so process spawn and imports are not counted as training.
         waits = {**self.fleet.ready(), **{f"learner {r}": ref for r, ref in enumerate(starts)}}
@@ -219,14 +222,19 @@ class RoleSession:
 
     @property
     def learners_per_policy(self) -> bool:
-        """Each learner process trains its own policies on every actor's rollouts (several policies)."""
+        """Several policies: ``learners`` is one group of ``parallelism.learner`` ranks per policy, in
+        ``multi_agent.policies`` order, each rank taking its policy's part of its actors' rollouts."""
         return bool(learner_roles(self.cfg))
+
+    def rank_zeros(self) -> list[Any]:
+        """Rank 0 of each learner group: the one of a single policy, or each policy's."""
+        return self.learners[::self.cfg.parallelism.learner] if self.learners_per_policy else self.learners[:1]
 
     def checkpoint_files(self) -> Any:
         """The learners' checkpoint files: rank 0's, or every policy's part (several policies)."""
         import ray
 
-        parts = ray.get([h.checkpoint_files.remote() for h in self.learners[:None if self.learners_per_policy else 1]])
+        parts = ray.get([h.checkpoint_files.remote() for h in self.rank_zeros()])
         if len(parts) == 1:
             return parts[0]
         from kilorl.core import CheckpointFiles
