@@ -86,6 +86,27 @@ def random_policy(seed: int, env_steps: int, window: int = 20) -> dict:
             "train_time": time.time() - t0, "process_s": time.time() - t0}
 
 
+def random_on_eval_episodes(episodes: int, seed: int = 1_000_000) -> dict:
+    """The uniform random policy on the episodes ``kilorl eval`` plays (episode ``k`` from seed
+    ``seed + k``): the same starts as the trained policies' evaluation."""
+    from kilorl.envs.factory import make_parallel_env
+
+    returns = []
+    for k in range(episodes):
+        env = make_parallel_env(ENV_ID, ENV_KWARGS)
+        env.reset(seed=seed + k)
+        for i, agent in enumerate(env.possible_agents):
+            env.action_space(agent).seed(seed + k * 10 + i)
+        total = 0.0
+        while env.agents:
+            _, rewards, _, _, _ = env.step({a: env.action_space(a).sample() for a in env.agents})
+            total += sum(rewards.values())
+        returns.append(total)
+        env.close()
+    return {"episode_return_mean": float(np.mean(returns)), "episode_return_std": float(np.std(returns)),
+            "episodes": episodes}
+
+
 def markdown(results: list[dict]) -> str:
     lines = ["| policy | seed | env steps | episode return (sum of 3 agents, last 20 episodes) | per agent | wall s |",
              "|---|---|---|---|---|---|"]
@@ -115,6 +136,8 @@ def main() -> int:
     seeds = [int(s) for s in args.seeds.split(",")]
     out = Path(args.out)
     results = [random_policy(s, args.random_env_steps) for s in seeds]
+    if args.eval_episodes:
+        print(json.dumps({"policy": "random", "eval": random_on_eval_episodes(args.eval_episodes)}), flush=True)
     if not args.skip_training:
         for s in seeds:
             results.append(shared_policy(s, args.env_steps, out, Path(args.config), tuple(args.overrides),
