@@ -19,6 +19,7 @@ from kilorl.algos.registry import get as algo_spec
 from kilorl.algos.registry import names as algo_names
 from kilorl.comm.config import CompressionConfig
 from kilorl.config_multi_agent import MultiAgentConfig
+from kilorl.config_policies import check_policies, policy_configs
 from kilorl.config_replay import ReplayBufferConfig
 from kilorl.config_scale import StoreSection, SyncSection
 from kilorl.config_section import Section as _Section
@@ -159,6 +160,9 @@ class ResourcesConfig(_Section):
     """Resources of one actor (packed tightly, may go anywhere)."""
     parameter_server: RoleResources = Field(default_factory=lambda: RoleResources(gpus=0.0, cpus=1.0, memory_gb=8.0))
     """Resources of one parameter-server shard (placed near the learners)."""
+    policies: dict[str, RoleResources] = Field(default_factory=dict)
+    """With several ``multi_agent.policies``: each policy's learner process by policy name, its
+    ``nodes`` labels keeping it on the nodes that carry them; a policy not named takes ``learner``."""
 
 
 class TrainConfig(_Section):
@@ -325,8 +329,15 @@ class Config(_Section):
         if self.multi_agent is not None:
             self.multi_agent.check_run(self.algo.name, spec.alive_mask, self.model.actor_inputs,
                                        self.evaluation.every_env_steps)
+            if self.multi_agent.several:
+                check_policies(self, _format_validation_error)
         if self.algo.discount is None and self.env.normalize_reward:
             raise ValueError(f"env.normalize_reward: algo.name={self.algo.name} declares no discount to scale by")
+
+    def policy_configs(self) -> dict[str, Config]:
+        """Each of ``multi_agent.policies``' view of the run: this config with the policy's own
+        ``algo`` and ``model`` (``kilorl.config_policies``); ``{}`` without the section."""
+        return policy_configs(self, _format_validation_error)
 
     @model_validator(mode="after")
     def _leaks_name_running_instances(self) -> Config:

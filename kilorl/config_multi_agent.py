@@ -4,14 +4,15 @@
 matching pattern wins, and every agent mapped to one policy shares its parameters. The
 mapping is checked against the environment's agents when the env runners start
 (``kilorl.envs.agent_mapping``): an agent no pattern maps, or agents of different spaces on
-one policy, are errors naming them. This build trains one policy (every agent column feeds
-the run's ``algo`` and ``model``); per-policy learners, published names and checkpoints
-attach to the same section (docs/architecture.md, "Where the planned work attaches").
+one policy, are errors naming them. Each policy may bring its own ``algo`` and ``model``
+sections (absent: the run's); with several policies each is published under its own name
+(``policy/<name>``), trained by its own learner group and checkpointed apart
+(``kilorl.config_policies``, ``kilorl.roles.policy_learners``).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -19,7 +20,13 @@ from kilorl.config_section import Section
 
 
 class PolicySection(Section):
-    """One policy that agents map to; its network and update are the run's ``model`` and ``algo``."""
+    """One policy that agents map to, with its own update and network where given."""
+
+    algo: dict[str, Any] | None = None
+    """This policy's algorithm section, written like the run's ``algo`` (``{name: ppo, lr: 3e-4}``);
+    None: the run's ``algo``."""
+    model: dict[str, Any] | None = None
+    """This policy's network, written like the run's ``model``; None: the run's ``model``."""
 
 
 class MultiAgentConfig(Section):
@@ -46,13 +53,40 @@ class MultiAgentConfig(Section):
         if unknown:
             raise ValueError(f"policies_to_train: {unknown} are not in multi_agent.policies "
                              f"({', '.join(sorted(self.policies))})")
-        if len(self.policies) > 1:
-            raise ValueError(f"policies: {sorted(self.policies)}: this build trains one policy shared by every "
-                             "agent (per-policy learners are not built yet)")
         if self.policies_to_train is not None and not self.policies_to_train:
-            raise ValueError("policies_to_train: empty; the one policy must train (a frozen policy needs "
-                             "per-policy learners, not built yet)")
+            raise ValueError("policies_to_train: empty, so nothing would train (list at least one of "
+                             f"{', '.join(sorted(self.policies))}, or leave it out to train all)")
+        if len(self.policies) == 1 and self.policies_to_train is not None and not self.trains(next(iter(self.policies))):
+            raise ValueError("policies_to_train: the run's only policy must train")
         return self
+
+    @property
+    def several(self) -> bool:
+        """More than one policy: each is published, trained and checkpointed under its own name."""
+        return len(self.policies) > 1
+
+    def trains(self, policy: str) -> bool:
+        """Whether the learners update ``policy`` (``policies_to_train``; the others stay as they are)."""
+        return self.policies_to_train is None or policy in self.policies_to_train
+
+    def check_several(self, data_path: str, normalize: list[str], transport: str,
+                      recurrent: bool) -> None:
+        """What several policies in one run need so far; a ValueError naming the field."""
+        if not self.several:
+            return
+        names = ", ".join(sorted(self.policies))
+        if data_path != "on_policy":
+            raise ValueError(f"multi_agent.policies ({names}): several policies train on the on_policy data path "
+                             f"only so far, the algorithm is on {data_path}")
+        if normalize:
+            raise ValueError(f"env.{normalize[0]}: not supported with several policies (multi_agent.policies: "
+                             f"{names}): the normaliser statistics would have to be kept per policy")
+        if transport != "ray":
+            raise ValueError(f"store.transport={transport}: several policies (multi_agent.policies: {names}) hand "
+                             "their rollouts over as Ray objects (transport: ray) so far")
+        if recurrent:
+            raise ValueError(f"model.recurrent: several policies (multi_agent.policies: {names}) are memoryless "
+                             "so far")
 
     def check_run(self, algo_name: str, alive_mask: bool, actor_inputs: int | None,
                   eval_every_env_steps: int | None) -> None:

@@ -29,9 +29,39 @@ def test_policies_to_train_must_name_declared_policies():
         config({"policies": {"shared": {}}, "policy_mapping": {"*": "shared"}, "policies_to_train": ["ghost"]})
 
 
-def test_several_policies_are_refused_until_per_policy_learners_exist():
-    with pytest.raises(ConfigError, match=r"this build trains one policy shared by every agent"):
-        config({"policies": {"a": {}, "b": {}}, "policy_mapping": {"agent_0": "a", "*": "b"}})
+TWO = {"policies": {"a": {"algo": {"lr": 1e-3}}, "b": {"model": {"hidden_sizes": [16]}}},
+       "policy_mapping": {"agent_0": "a", "*": "b"}}
+
+
+def test_each_policy_is_the_run_with_its_own_algo_and_model_sections():
+    views = config(TWO, algo={"lr": 5e-4}, model={"hidden_sizes": [32, 32]}).policy_configs()
+    assert list(views) == ["a", "b"]
+    assert (views["a"].algo.lr, views["a"].model.hidden_sizes) == (1e-3, [32, 32])
+    assert (views["b"].algo.lr, views["b"].model.hidden_sizes) == (5e-4, [16])
+
+
+def test_a_policys_bad_section_is_named_with_the_policy():
+    bad = {**TWO, "policies": {"a": {"algo": {"clip_cof": 0.2}}, "b": {}}}
+    with pytest.raises(ConfigError, match=r"multi_agent.policies.a.algo.clip_cof: unknown field \(did you mean 'clip_coef'\?\)"):
+        config(bad)
+
+
+@pytest.mark.parametrize(("sections", "field"), [
+    ({"env": {**SPREAD, "normalize_obs": True}}, r"env.normalize_obs: not supported with several policies"),
+    ({"store": {"transport": "store"}}, r"store.transport=store: several policies"),
+    ({"sync": {"durable": True}}, r"sync.durable: not supported with several policies"),
+    ({"monitor": {"prometheus": {"enabled": True}}}, r"monitor.migration.enabled: moving a policy's learner"),
+])
+def test_what_several_policies_do_not_support_yet_is_refused_naming_the_field(sections, field):
+    with pytest.raises(ConfigError, match=field):
+        config(TWO, **sections)
+
+
+def test_policies_to_train_may_leave_policies_frozen_but_not_all():
+    cfg = config({**TWO, "policies_to_train": ["b"]})
+    assert (cfg.multi_agent.trains("a"), cfg.multi_agent.trains("b")) == (False, True)
+    with pytest.raises(ConfigError, match=r"policies_to_train: empty, so nothing would train"):
+        config({**TWO, "policies_to_train": []})
 
 
 def test_an_algorithm_that_does_not_mask_dead_agents_is_refused():

@@ -7,7 +7,14 @@ names, the actor's layout asks for them, the rollout carries them.
 from __future__ import annotations
 
 POLICY = "policy"
-"""Name under which learners publish weights in the parameter store."""
+"""Name under which learners publish weights in the parameter store (a run of one policy)."""
+
+
+def published_name(policy: str | None) -> str:
+    """The name a policy's versions are published under: ``policy`` for a run's one policy
+    (None), ``policy/<name>`` for each of several (``multi_agent.policies``)."""
+    return POLICY if policy is None else f"{POLICY}/{policy}"
+
 MODEL = "model/"
 """Prefix of the network's state_dict entries in a published version."""
 OBS_RMS = "obs_rms/"

@@ -30,10 +30,14 @@ def run(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    per_policy = res.policy_return_means or {}
     if args.json:
         print(json.dumps({"episode_return_mean": res.episode_return_mean, "episode_return_std": res.episode_return_std,
-                          "episodes": res.episodes, "checkpoint": res.checkpoint, "env_steps": res.env_steps}))
+                          "episodes": res.episodes, "checkpoint": res.checkpoint, "env_steps": res.env_steps,
+                          **({"policy_return_mean": per_policy} if per_policy else {})}))
     else:
         print(f"{res.episodes} episodes: return {res.episode_return_mean:.2f} ± {res.episode_return_std:.2f} "
               f"({'stochastic' if args.stochastic else 'deterministic'}, checkpoint {res.checkpoint})")
+        for policy, mean in per_policy.items():
+            print(f"  policy {policy}: return {mean:.2f} (its agents' sum)")
     return 0

@@ -24,13 +24,17 @@ import numpy as np
 from kilorl.algos.common.checkpointing import flatten_optimizer, unflatten_optimizer
 from kilorl.core import CheckpointFiles
 
-__all__ = ["EXTRA_PREFIX", "MODEL_FILE", "STATE_FILE", "checkpoint_files", "flatten_optimizer", "unflatten_optimizer"]
+__all__ = ["EXTRA_PREFIX", "MODEL_FILE", "POLICIES_DIR", "STATE_FILE", "checkpoint_files", "flatten_optimizer",
+           "unflatten_optimizer"]
 
 if TYPE_CHECKING:
     pass
 
 MODEL_FILE = "model.safetensors"
 STATE_FILE = "state.safetensors"
+POLICIES_DIR = "policies"
+"""Folder of a checkpoint of several policies: one subfolder of these files per policy
+(``kilorl.roles.policy_learners``)."""
 EXTRA_PREFIX = "x/"
 """Prefix in ``state.safetensors`` of the tensors an algorithm adds (``state()["tensors"]``)."""
 

@@ -98,13 +98,18 @@ class LearnerRole(Learner):
         grad_comm: GradientComm | None = None,
         weights_version: int | None = None,
         replay_prefix: str | None = None,
+        policy: str | None = None,
+        trains: bool = True,
     ) -> None:
         """``weights_version``: after ``state``, take the model and normalizers of this
         published version from ``store`` (a resumed durable run, ``sync.durable``);
-        ``replay_prefix``: the run's replay tables' names (``store_replay.table_prefix``)."""
+        ``replay_prefix``: the run's replay tables' names (``store_replay.table_prefix``).
+        ``policy``: one of several policies (``multi_agent.policies``), published under its own
+        name; ``trains`` false: not in ``policies_to_train``, its weights stay as they are."""
         torch.set_num_threads(cfg.train.torch_threads)
         retain_freed_memory(cfg.train.retain_freed_memory_mb)
         torch.manual_seed(cfg.train.seed)
+        self.name, self.trains = keys.published_name(policy), trains
         if world > 1:
             if master is None:
                 raise ValueError("several learners need a master address for the process group")
@@ -120,14 +125,14 @@ class LearnerRole(Learner):
         if state is not None:
             self.algorithm.load_state(state)
         if weights_version is not None:
-            _, tensors = store.fetch(keys.POLICY, weights_version)
+            _, tensors = store.fetch(self.name, weights_version)
             self.algorithm.load_weights({k: t.numpy() for k, t in tensors.items()})
         self._warm_up: threading.Thread | None = None
         self._episodes: EpisodeRunner | None = None
 
     def publish(self, version: int) -> None:
         if self.rank == 0:
-            self.store.publish(keys.POLICY, version, self.algorithm.weights())
+            self.store.publish(self.name, version, self.algorithm.weights())
         if self._warm_up is None:
             # Actors can start the first rollout now; the algorithm's slow one-off set-up
             # (the optimizer's first-call imports) runs meanwhile, off the start-up path.
@@ -141,7 +146,7 @@ class LearnerRole(Learner):
         if self._warm_up is not None:
             self._warm_up.join()
         t0 = time.perf_counter()
-        stats = self.feed.train(version, env_steps_total, list(rollouts))
+        stats = self.feed.train(version, env_steps_total, list(rollouts)) if self.trains else {}
         t1 = time.perf_counter()
         self.publish(version)
         stats.update(self.grad_comm.stats(), learner_update_s=t1 - t0, publish_s=time.perf_counter() - t1)

@@ -31,8 +31,10 @@ class PolicyCopy:
 
     def __init__(self, store: ParameterStore, model: torch.nn.Module, obs_shape: tuple[int, ...],
                  normalize_obs: bool, normalize_reward: bool, sync: SyncGroups | None = None, *,
-                 mode: str = "sync", groups: list | None = None, max_staleness: int = 0) -> None:
-        self.store, self.model = store, model
+                 mode: str = "sync", groups: list | None = None, max_staleness: int = 0,
+                 name: str = keys.POLICY) -> None:
+        """``name``: what the policy is published under (``keys.published_name``)."""
+        self.store, self.model, self.name = store, model, name
         self.layout = keys.actor_layout(list(model.state_dict()), normalize_obs, normalize_reward)
         self.version = -1
         self.groups = sync or SyncGroups(self.layout, mode, groups or [], max_staleness)
@@ -50,7 +52,7 @@ class PolicyCopy:
     def sync(self, min_version: int, timeout: float = 600.0) -> float:
         """Take the newest version >= ``min_version``; returns seconds spent waiting."""
         t0 = time.perf_counter()
-        latest = self.store.wait(keys.POLICY, min_version, timeout)
+        latest = self.store.wait(self.name, min_version, timeout)
         if latest != self.version:
             # The newest version (>= latest): a store may already have reclaimed ``latest``.
             wanted = self.groups.wanted(latest)
@@ -66,7 +68,7 @@ class PolicyCopy:
         statistics (``fetch_into``: no new tensors, no ``load_state_dict``); None, and never
         again, when they cannot hold it (the published tensors differ from the model's)."""
         try:
-            return self.store.fetch_into(keys.POLICY, self._into, None, wanted)
+            return self.store.fetch_into(self.name, self._into, None, wanted)
         except ValueError:  # LayoutError from the store's own copy, or the generic one's
             self._into = None
             return None
@@ -74,7 +76,7 @@ class PolicyCopy:
     def _load(self, wanted: list[str]) -> int:
         # share: on the node the weights are views of the store's memory, and the model takes
         # them as they are (assign): no copy at all.
-        version, tensors = self.store.fetch(keys.POLICY, None, wanted, share=True)
+        version, tensors = self.store.fetch(self.name, None, wanted, share=True)
         state = {k.removeprefix(keys.MODEL): torch.as_tensor(np.asarray(v)) for k, v in tensors.items()
                  if k.startswith(keys.MODEL)}
         self.model.load_state_dict(state, strict=len(wanted) == len(self.layout), assign=True)

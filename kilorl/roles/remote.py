@@ -26,7 +26,10 @@ class ActorProcess(Actor):
         """``replay_prefix``: the run's replay tables' names; with it, and a table whose env
         runners insert themselves (``store_replay.actors_insert``), each rollout's rows go
         into this node's shard and ``collect`` returns a ``ReplayInsert`` instead."""
-        from kilorl.roles.env_runner import EnvRunner
+        if several_policies(cfg):
+            from kilorl.roles.policy_columns import MultiPolicyEnvRunner as EnvRunner
+        else:
+            from kilorl.roles.env_runner import EnvRunner
 
         self._report = None
         self._writer: Any = None
@@ -87,6 +90,11 @@ class ActorProcess(Actor):
         return ray.get_runtime_context().get_node_id(), str(getattr(self._role.store.client, "address", ""))
 
 
+def several_policies(cfg: Any) -> bool:
+    """A run of several policies (``multi_agent.policies``): its roles are the per-policy ones."""
+    return cfg.multi_agent is not None and cfg.multi_agent.several
+
+
 def rendezvous_here() -> tuple[str, int]:
     """This node's address and a port free on it: where rank 0 hosts the process group.
 
@@ -122,7 +130,10 @@ class LearnerProcess(Learner):
         return rendezvous_here()
 
     def start(self, master: tuple[str, int] | None = None) -> None:
-        from kilorl.roles.learner import LearnerRole
+        if several_policies(self._args[0]):
+            from kilorl.roles.policy_learners import PolicyLearners as LearnerRole
+        else:
+            from kilorl.roles.learner import LearnerRole
 
         args, kwargs = list(self._args), {**self._kwargs, "master": master}
         monitor = kwargs.pop("monitor", None)

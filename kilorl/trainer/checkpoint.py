@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from kilorl.core import CheckpointFiles
-from kilorl.roles.checkpoint_format import EXTRA_PREFIX, MODEL_FILE, STATE_FILE, checkpoint_files, unflatten_optimizer
+from kilorl.roles.checkpoint_format import (
+    EXTRA_PREFIX,
+    MODEL_FILE,
+    POLICIES_DIR,
+    STATE_FILE,
+    checkpoint_files,
+    unflatten_optimizer,
+)
 
 PREFIX = "step_"
 BEST = "best"
@@ -41,6 +48,7 @@ def write_checkpoint(run_dir: Path, ckpt: CheckpointFiles, meta: dict[str, Any],
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     for file_name, data in ckpt.files.items():
+        (tmp / file_name).parent.mkdir(parents=True, exist_ok=True)  # a policy's part: policies/<name>/
         (tmp / file_name).write_bytes(data)
     (tmp / "meta.json").write_text(json.dumps({**meta, **ckpt.meta}, indent=1))
     if final.exists():  # aside first: until the new one is in place, the old one is still whole
@@ -81,7 +89,7 @@ def resolve_checkpoint(path: Path) -> Path:
     """Accept a checkpoint directory or a run directory: its ``best`` checkpoint when the run
     kept one (``evaluation.keep_best``), else its newest."""
     path = Path(path)
-    if (path / "meta.json").is_file() and (path / MODEL_FILE).is_file():
+    if (path / "meta.json").is_file() and ((path / MODEL_FILE).is_file() or (path / POLICIES_DIR).is_dir()):
         return path
     ckpt = best_checkpoint(path) or latest_checkpoint(path)
     if ckpt is None:
@@ -113,14 +121,35 @@ def select_checkpoint(run_dir: Path, which: str) -> Path:
 
 
 def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Return ``(learner_state, meta)`` as saved by ``save_checkpoint``."""
-    from safetensors.torch import load_file
-
+    """Return ``(learner_state, meta)`` as saved by ``save_checkpoint``; a run of several
+    policies gives ``{"policies": {name: learner_state}}`` (``kilorl.roles.policy_learners``)."""
     ckpt = resolve_checkpoint(path)
     meta = json.loads((ckpt / "meta.json").read_text())
-    model = load_file(str(ckpt / MODEL_FILE))
-    extra = load_file(str(ckpt / STATE_FILE))
-    state = {
+    if POLICIES_DIR in meta:
+        return {POLICIES_DIR: {name: _learner_state(ckpt / POLICIES_DIR / name, part)
+                               for name, part in meta[POLICIES_DIR].items()}}, meta
+    return _learner_state(ckpt, meta), meta
+
+
+def load_policy_checkpoint(path: Path, policy: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One policy's part of a checkpoint of several policies, as ``load_checkpoint`` gives a
+    single-policy one; a KeyError naming the policies the checkpoint holds."""
+    state, meta = load_checkpoint(path)
+    parts = state.get(POLICIES_DIR)
+    if parts is None:
+        raise KeyError(f"{path}: a checkpoint of one policy, it has no part for policy {policy!r}")
+    if policy not in parts:
+        raise KeyError(f"{path}: no part for policy {policy!r}; it holds {sorted(parts)}")
+    return parts[policy], meta
+
+
+def _learner_state(folder: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    """A learner's ``state()`` from the files ``checkpoint_files`` made, in ``folder``."""
+    from safetensors.torch import load_file
+
+    model = load_file(str(folder / MODEL_FILE))
+    extra = load_file(str(folder / STATE_FILE))
+    return {
         "model": model,
         "optimizer": unflatten_optimizer(extra, meta["optimizer"]),
         "obs_rms": {k.split("/", 1)[1]: v.numpy() for k, v in extra.items() if k.startswith("obs_rms/")},
@@ -130,7 +159,6 @@ def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         "tensors": {k[len(EXTRA_PREFIX):]: v for k, v in extra.items() if k.startswith(EXTRA_PREFIX)},
         "extra_meta": meta.get("algorithm", {}),
     }
-    return state, meta
 
 
 class Checkpointer:

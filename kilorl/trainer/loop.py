@@ -75,7 +75,7 @@ class OnPolicyLoop:
                         note_restart_timeout(err, self.restart_timeout_s)
                         raise
                     self.republished += 1
-                    ray.get(self.roles.learners[0].publish.remote(self.iteration))
+                    ray.get([h.publish.remote(self.iteration) for h in self.roles.rank_zeros()])
                 except ray.exceptions.RayActorError as err:  # died mid-rollout, restarted in place, or still restarting
                     if j not in failed_at:
                         failed_at[j] = time.monotonic()
@@ -110,11 +110,15 @@ class OnPolicyLoop:
             rollout_refs, info_refs, min_version = self.pending.popleft()
             infos = self._resolve(rollout_refs, info_refs, min_version)
             steps_after = self.env_steps + self.cfg.rollout_steps
-            updates = [learners[r].update.remote(self.iteration + 1, steps_after, *rollout_refs[r::n]) for r in range(n)]
+            # several policies: a group of k ranks per policy, rank r taking its policy's part of runners j = r (mod k)
+            k = self.cfg.parallelism.learner if self.roles.learners_per_policy else n
+            updates = [learners[i].update.remote(self.iteration + 1, steps_after, *rollout_refs[i % k::k])
+                       for i in range(n)]
             self.env_steps = steps_after  # counted before _room: the rollout is consumed
             if self._room():
                 self._submit()
-            stats = {**learner_results(updates, self.on_wait)[0], "lost_rollouts": float(self.lost_rollouts),
+            results = learner_results(updates, self.on_wait)
+            stats = {**merge_policy_stats(results[::k]), "lost_rollouts": float(self.lost_rollouts),
                      "republished": float(self.republished)}
             self.iteration += 1
             yield IterationResult(self.iteration, self.env_steps, infos, stats, last=not self.pending)
@@ -138,3 +142,13 @@ def learner_results(refs: list[Any], on_wait: WaitHook | None = None) -> list[di
             except ray.exceptions.RayActorError as err:
                 raise LearnerLost(f"learner {rank[ref]} died ({type(err).__name__})") from err
     return ray.get(refs)
+
+
+def merge_policy_stats(results: list[dict[str, float]]) -> dict[str, float]:
+    """One row from the rank 0 of each learner group (one group, or one per policy): several
+    policies' ``<stat>/<policy>`` entries side by side, update and publish time the slowest group's."""
+    out: dict[str, float] = {}
+    for stats in results:
+        for key, value in stats.items():
+            out[key] = max(out.get(key, value), value) if key in ("learner_update_s", "publish_s") else value
+    return out

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from kilorl.config import Config
+from kilorl.config_policies import learner_resources, learner_roles
 
 ROLES = ("learner", "parameter_server", "actor")
 
@@ -27,19 +28,30 @@ def requests_from_config(cfg: Config, topology: Any = None) -> list[Any]:
     def only(role: str) -> frozenset[str] | None:
         return nodes_with_labels(role, getattr(res, role).nodes, topology)
 
+    policies = learner_roles(cfg)
+    if policies:  # several policies: a learner group each, on its own policy's nodes
+        learners = [GangRequest(role, par.learner, demand(learner_resources(cfg, p)), (Affinity("same_island"),),
+                                collective=True,
+                                only_nodes=nodes_with_labels(role, learner_resources(cfg, p).nodes, topology,
+                                                             f"resources.policies.{p}.nodes"))
+                    for role, p in policies.items()]
+    else:
+        learners = [GangRequest("learner", par.learner, demand(res.learner), (Affinity("same_island"),),
+                                collective=True, only_nodes=only("learner"))]
     return [
-        GangRequest("learner", par.learner, demand(res.learner), (Affinity("same_island"),), collective=True,
-                    only_nodes=only("learner")),
+        *learners,
         GangRequest("parameter_server", par.parameter_server, demand(res.parameter_server),
-                    (Affinity("near_role", role="learner"),), only_nodes=only("parameter_server")),
+                    (Affinity("near_role", role=learners[0].role),), only_nodes=only("parameter_server")),
         GangRequest("actor", par.actor, demand(res.actor), only_nodes=only("actor")),
     ]
 
 
-def nodes_with_labels(role: str, labels: list[str], topology: Any) -> frozenset[str] | None:
+def nodes_with_labels(role: str, labels: list[str], topology: Any, field: str | None = None) -> frozenset[str] | None:
     """Names of ``topology``'s nodes that carry every label of ``labels`` (None: no constraint).
 
-    A label is ``key=value`` or a bare ``key`` (any value)."""
+    A label is ``key=value`` or a bare ``key`` (any value); ``field``: the config field the
+    labels come from (``resources.<role>.nodes``), named by the error."""
+    field = field or f"resources.{role}.nodes"
     if not labels or topology is None:
         return None
     from kilorl.placement import PlacementError
@@ -52,11 +64,11 @@ def nodes_with_labels(role: str, labels: list[str], topology: Any) -> frozenset[
     for label in labels:
         if not any(has(n, label) for n in topology.nodes):
             seen = sorted({f"{k}={v}" for n in topology.nodes for k, v in n.labels if not k.startswith("ray.io/node-id")})
-            raise PlacementError(role, f"no node has the label {label!r} (resources.{role}.nodes); "
+            raise PlacementError(role, f"no node has the label {label!r} ({field}); "
                                        f"the nodes' labels: {', '.join(seen[:12]) or 'none'}")
     fit = frozenset(n.name for n in topology.nodes if all(has(n, label) for label in labels))
     if not fit:
-        raise PlacementError(role, f"no node has all of the labels {labels} (resources.{role}.nodes)")
+        raise PlacementError(role, f"no node has all of the labels {labels} ({field})")
     return fit
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kilorl.config import Config
+from kilorl.config_policies import learner_resources, learner_roles
 
 RESERVED_ROLES = ("learner", "actor", "parameter_server")
 """Roles reserved as placement groups: learners and actors run in theirs, a node's store
@@ -34,18 +35,30 @@ class RolePlacementError(RuntimeError):
 
 def training_config(cfg: Config) -> Config:
     """``cfg`` with what the roles really reserve: no learner GPU when learners run on the CPU."""
-    if cfg.train.device != "cpu" or cfg.resources.learner.gpus == 0:
+    res = cfg.resources
+    if cfg.train.device != "cpu" or (res.learner.gpus == 0 and all(r.gpus == 0 for r in res.policies.values())):
         return cfg
-    learner = cfg.resources.learner.model_copy(update={"gpus": 0.0})
-    return cfg.model_copy(update={"resources": cfg.resources.model_copy(update={"learner": learner})})
+    learner = res.learner.model_copy(update={"gpus": 0.0})
+    policies = {p: r.model_copy(update={"gpus": 0.0}) for p, r in res.policies.items()}
+    return cfg.model_copy(update={"resources": res.model_copy(update={"learner": learner, "policies": policies})})
+
+
+def reserved_roles(cfg: Config) -> tuple[str, ...]:
+    """``RESERVED_ROLES``, with each policy's learner role (``learner/<policy>``) in a run of several."""
+    return RESERVED_ROLES + tuple(learner_roles(cfg))
 
 
 def local_needs(cfg: Config) -> tuple[float, float]:
     """(CPUs, memory bytes) every planned instance takes together: what an embedded Ray must declare."""
     par, res = cfg.parallelism, training_config(cfg).resources
-    counts = {"learner": par.learner, "actor": par.actor, "parameter_server": par.parameter_server}
-    cpus = sum(n * getattr(res, role).cpus for role, n in counts.items())
-    mem = sum(n * getattr(res, role).memory_gb for role, n in counts.items()) * 2**30
+    each = [(par.actor, res.actor), (par.parameter_server, res.parameter_server)]
+    policies = learner_roles(cfg)
+    if policies:  # a learner group per policy
+        each += [(par.learner, learner_resources(training_config(cfg), p)) for p in policies.values()]
+    else:
+        each.append((par.learner, res.learner))
+    cpus = sum(n * r.cpus for n, r in each)
+    mem = sum(n * r.memory_gb for n, r in each) * 2**30
     return cpus, mem
 
 
@@ -175,7 +188,7 @@ def reserve(cfg: Config, *, timeout_s: float = READY_TIMEOUT_S) -> RolePlacement
     except PlacementError as err:
         have = ", ".join(f"{n.name}: {n.cpus:g} CPU, {len(n.gpus)} GPU, {n.memory_gb:.1f} GiB" for n in topology.nodes)
         raise RolePlacementError(f"{err} (see resources.{err.role}); Ray has {have}") from err
-    reserved = _Only(placement, RESERVED_ROLES)
+    reserved = _Only(placement, reserved_roles(cfg))
     out = RolePlacement(reserved, node_ids=topology_node_ids(topology))
     try:
         out.groups = _create_groups(reserved, topology, timeout_s)

@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from kilorl.config import Config
+from kilorl.config_policies import learner_roles
 from kilorl.trainer.cluster import Cluster
 
 if TYPE_CHECKING:
@@ -129,15 +130,22 @@ class RoleSession:
         self.store = parameter_store(cfg, self.fleet, self.placement.shard_nodes())
         weights_version = self._durable_version()
         self.backend = self.cluster.backend_for(cfg.train.device)
-        for r in range(par.learner):
+        policies = learner_roles(cfg)
+        for role, policy in policies.items():  # several policies: a learner group each, on its planned nodes
+            self.learners += [self.spawn_learner(r, self.state, self.placement.options(role, r),
+                                                 weights_version=weights_version, policies=[policy])
+                              for r in range(par.learner)]
+        for r in range(0 if policies else par.learner):
             self.learners.append(self.spawn_learner(r, self.state, self.placement.options("learner", r),
                                                     weights_version=weights_version))
         # Fresh seeds after a resume, so a continued run does not replay the same episodes.
         for i in range(par.actor):
             self.actors.append(self.spawn_actor(i, self.actor_seed(i), self.placement.options("actor", i)))
-        # Rank 0 names the rendezvous on its own node; every rank then builds its role.
-        master = ray.get(self.learners[0].rendezvous.remote()) if par.learner > 1 else None
-        starts = [h.start.remote(master) for h in self.learners]
+        # Each group's rank 0 names its rendezvous on its own node (a process group per policy);
+        # every rank then builds its role.
+        groups = [self.learners[g:g + par.learner] for g in range(0, len(self.learners), par.learner)]
+        masters = [ray.get(group[0].rendezvous.remote()) if par.learner > 1 else None for group in groups]
+        starts = [h.start.remote(master) for group, master in zip(groups, masters, strict=True) for h in group]
         # All roles start in parallel; start-up ends when every one is built and the first
         # version is published, so process spawn and imports are not counted as training.
         waits = {**self.fleet.ready(), **{f"learner {r}": ref for r, ref in enumerate(starts)}}
@@ -206,16 +214,44 @@ class RoleSession:
                                                    replay_prefix=self.replay_prefix or None, **self._report(replacement))
 
     def spawn_learner(self, rank: int, state: dict[str, Any] | None, options: dict[str, Any],
-                      replacement: bool = False, weights_version: int | None = None) -> Any:
+                      replacement: bool = False, weights_version: int | None = None,
+                      policies: list[str] | None = None) -> Any:
         """A new learner process, built by its ``start()``; ``state`` is a checkpoint's learner state,
-        ``weights_version`` a durable version whose weights replace the checkpoint's."""
+        ``weights_version`` a durable version whose weights replace the checkpoint's; ``policies``:
+        the policies it trains in a run of several (``kilorl.roles.policy_learners``)."""
         import ray
 
         from kilorl.roles.remote import LearnerProcess
 
+        several = {} if policies is None else {"policies": policies}
+        if self.replay_prefix:  # several policies run on the on_policy path only: no tables there
+            several["replay_prefix"] = self.replay_prefix
         return ray.remote(concurrency_groups=ROLE_CONCURRENCY)(LearnerProcess).options(**options).remote(
             self.cfg, self.store, rank, self.cfg.parallelism.learner, self.backend, state=state,
-            weights_version=weights_version, replay_prefix=self.replay_prefix or None, **self._report(replacement))
+            weights_version=weights_version, **several, **self._report(replacement))
+
+    @property
+    def learners_per_policy(self) -> bool:
+        """Several policies: ``learners`` is one group of ``parallelism.learner`` ranks per policy, in
+        ``multi_agent.policies`` order, each rank taking its policy's part of its actors' rollouts."""
+        return bool(learner_roles(self.cfg))
+
+    def rank_zeros(self) -> list[Any]:
+        """Rank 0 of each learner group: the one of a single policy, or each policy's."""
+        return self.learners[::self.cfg.parallelism.learner] if self.learners_per_policy else self.learners[:1]
+
+    def checkpoint_files(self) -> Any:
+        """The learners' checkpoint files: rank 0's, or every policy's part (several policies)."""
+        import ray
+
+        parts = ray.get([h.checkpoint_files.remote() for h in self.rank_zeros()])
+        if len(parts) == 1:
+            return parts[0]
+        from kilorl.core import CheckpointFiles
+
+        files = {name: data for part in parts for name, data in part.files.items()}
+        meta = {key: {k: v for part in parts for k, v in part.meta[key].items()} for key in parts[0].meta}
+        return CheckpointFiles(files, meta)
 
     def _store_fleet(self) -> StoreFleet:
         from kilorl.trainer.store_fleet import StoreFleet

@@ -222,13 +222,12 @@ class Trainer:
                evals: EvaluationSchedule, stopped: list[str]) -> tuple[int, int]:
         """The training step: iterate the data path, evaluate and report, move leaking roles,
         checkpoint when due and at the end (a stop on ``stop_return`` saves the policy it measured)."""
-        import ray
 
         self._progress: tuple[int, int] = (loop.env_steps, loop.iteration)
         """(env steps, iteration) of the last iteration: what a checkpoint records."""
 
         def save() -> Path:
-            files = ray.get(roles.learners[0].checkpoint_files.remote())  # bytes: no torch on the driver
+            files = roles.checkpoint_files()  # bytes: no torch on the driver
             return ckpt.save(files, reporter.checkpoint_meta(*self._progress))
 
         migrator = self._migrator(roles, save)
@@ -252,7 +251,6 @@ class Trainer:
     def _iterate(self, roles: RoleSession, loop: DataPath, reporter: Reporter, ckpt: Checkpointer,
                  evals: EvaluationSchedule, migrator: Migrator | None, save: Callable[[], Path]) -> tuple[int, int]:
         """Iterations until the budget is used, the run is solved or a migration stops it."""
-        import ray
 
         for it in loop:
             self._progress = (it.env_steps, it.iteration)
@@ -261,7 +259,7 @@ class Trainer:
                 t_eval = time.perf_counter()
                 it.stats.update(evals.run(roles.learners[0], env_steps))
                 if evals.improved and self.cfg.evaluation.keep_best:
-                    files = ray.get(roles.learners[0].checkpoint_files.remote())
+                    files = roles.checkpoint_files()
                     ckpt.save_best(files, {**reporter.checkpoint_meta(env_steps, it.iteration),
                                            "eval_return_mean": evals.last_mean})
                 # its own time, so a benchmark can leave evaluations out of the training time
