@@ -52,6 +52,7 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict[str, Any]:
     import ray
 
     from kilorl.algos.registry import get as get_algorithm
+    from kilorl.core import step_lags
     from kilorl.trainer import Cluster
     from kilorl.trainer.data_path import make_data_path
     from kilorl.trainer.session import RoleSession
@@ -71,7 +72,7 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict[str, Any]:
     for it in results:
         for info in it.infos:
             counts[info["actor"]] += 1
-            lags.append(it.iteration - 1 - info["version"])
+            lags.extend(step_lags(info, it.iteration - 1))
     fast = [n / wall for j, n in enumerate(counts) if j != slow]
     return {"arm": arm, "wall_s": wall, "frames_per_s": results[-1].env_steps / wall, "rollouts": counts, "slow_runner": slow,
             "fast_rollouts_per_s": statistics.mean(fast), "slow_rollouts_per_s": None if slow is None else counts[slow] / wall,
@@ -81,8 +82,11 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict[str, Any]:
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     med = {arm: {k: statistics.median(r[k] for r in runs if r["arm"] == arm)
                  for k in ("frames_per_s", "fast_rollouts_per_s", "lag_mean", "lag_max")} for arm in ARMS}
+    paired = [s["fast_rollouts_per_s"] / n["fast_rollouts_per_s"] for n, s in zip(
+        (r for r in runs if r["arm"] == "queue"), (r for r in runs if r["arm"] == "queue_slow"))]
     return {"medians": med,
             "fast_runners_slow_over_none": med["queue_slow"]["fast_rollouts_per_s"] / med["queue"]["fast_rollouts_per_s"],
+            "fast_runners_slow_over_none_paired": paired,
             "queue_over_on_policy_with_slow_runner": med["queue_slow"]["frames_per_s"] / med["on_policy_slow"]["frames_per_s"]}
 
 
@@ -109,7 +113,8 @@ def main() -> None:
                 args.out.parent.mkdir(parents=True, exist_ok=True)
                 args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "runs": runs}, indent=1))
     out = {"args": vars(args) | {"out": str(args.out)}, "runs": runs, **summarize(runs)}
-    print(json.dumps({k: out[k] for k in ("medians", "fast_runners_slow_over_none", "queue_over_on_policy_with_slow_runner")},
+    print(json.dumps({k: out[k] for k in ("medians", "fast_runners_slow_over_none", "fast_runners_slow_over_none_paired",
+                                          "queue_over_on_policy_with_slow_runner")},
                      indent=1))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
