@@ -19,7 +19,10 @@ kiloRL/SF frames/s ratio of the medians. kiloRL's runs also report the env runne
 
 ``--env LunarLander-v3`` runs the other environment (Box2D needed on both sides);
 ``--env-groups 2 --vector-env subprocesses`` gives kiloRL's runners double-buffered sampling;
-``--sweep 1,2,4`` runs only kiloRL, once per env-runner count, for the scaling table.
+``--sweep 1,2,4`` runs only kiloRL, once per env-runner count, for the scaling table;
+``--refresh-every none,8`` runs kiloRL once per value of ``algo.queue.refresh_every_steps`` (runners
+taking newer versions mid-rollout, lag per step), alternated with the others, as sides
+``kilorl`` (none) and ``kilorl_refresh8``.
 """
 
 from __future__ import annotations
@@ -47,7 +50,9 @@ def load() -> float:
 
 
 def kilorl_run(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
-    overrides = [f"train.total_env_steps={args.frames}", f"parallelism.actor={args.workers}",
+    refresh = "null" if args.refresh in (None, "none") else args.refresh
+    overrides = [f"train.total_env_steps={args.frames}", f"algo.queue.refresh_every_steps={refresh}",
+                 f"parallelism.actor={args.workers}",
                  f"env.id={args.env}", f"parallelism.env_groups={args.env_groups}",
                  f"parallelism.vector_env={args.vector_env}",
                  f"parallelism.envs_per_actor={args.envs}", "algo.rollout_length=32", "algo.queue.rollouts_per_batch=2",
@@ -102,28 +107,34 @@ def main() -> None:
     p.add_argument("--env-groups", type=int, default=1, help="kiloRL's parallelism.env_groups")
     p.add_argument("--vector-env", default="in_process", choices=["in_process", "subprocesses"])
     p.add_argument("--sweep", help="kiloRL only: env-runner counts, e.g. 1,2,4 (each --runs times)")
+    p.add_argument("--refresh-every", default="none",
+                   help="kiloRL's algo.queue.refresh_every_steps, one side per value, e.g. none,8")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     runs: list[dict[str, Any]] = []
-    plan = [(f"kilorl_{w}", kilorl_run, int(w)) for w in args.sweep.split(",")] if args.sweep else \
-        [("kilorl", kilorl_run, args.workers), ("sample_factory", sf_run, args.workers)]
+    refreshes = args.refresh_every.split(",")
+    kilorl_sides = [("kilorl" if r == "none" else f"kilorl_refresh{r}", kilorl_run, args.workers, r) for r in refreshes]
+    plan = [(f"kilorl_{w}", kilorl_run, int(w), refreshes[0]) for w in args.sweep.split(",")] if args.sweep else \
+        kilorl_sides + [("sample_factory", sf_run, args.workers, None)]
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.runs):
-            for side, fn, workers in plan:
+            for side, fn, workers, refresh in plan:
                 t0, load0 = time.time(), load()
                 r = {"side": side, "run": i, "workers": workers,
-                     **fn(argparse.Namespace(**(vars(args) | {"workers": workers})), Path(tmp) / f"{side}{i}"),
+                     **fn(argparse.Namespace(**(vars(args) | {"workers": workers, "refresh": refresh})),
+                          Path(tmp) / f"{side}{i}"),
                      "wall_s": time.time() - t0, "load_before": load0, "load_after": load()}
                 runs.append(r)
                 shown = {k: (v[-300:] if k == "error" else v) for k, v in r.items()}
                 print(json.dumps(shown), flush=True)
     med = {side: {k: statistics.median(r[k] for r in runs if r["side"] == side and r.get(k) is not None)
                   for k in ("frames_per_s", "lag_mean", "lag_max")}
-           for side in dict.fromkeys(side for side, _, _ in plan)
+           for side in dict.fromkeys(side for side, *_ in plan)
            if any(r["side"] == side and "error" not in r for r in runs)}
     summary = {"medians": med}
-    if "kilorl" in med and "sample_factory" in med:
-        summary["kilorl_over_sf_frames_per_s"] = med["kilorl"]["frames_per_s"] / med["sample_factory"]["frames_per_s"]
+    for side in med:
+        if side.startswith("kilorl") and "sample_factory" in med:
+            summary[f"{side}_over_sf_frames_per_s"] = med[side]["frames_per_s"] / med["sample_factory"]["frames_per_s"]
     print(json.dumps(summary, indent=1))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

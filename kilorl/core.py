@@ -107,6 +107,15 @@ class RolloutInfo(TypedDict):
     """Of ``collect_s``: seconds in the behaviour policy."""
     handoff_s: NotRequired[float]
     """Seconds handing the finished rollout over (writing it to the store worker), after ``collect_s``."""
+    step_versions: NotRequired[list[int]]
+    """With ``algo.queue.refresh_every_steps``: the version each step acted with (``version`` is
+    the first; later steps may act with newer ones)."""
+
+
+def step_lags(info: RolloutInfo, trained_at: int) -> list[int]:
+    """Versions between each step's policy and ``trained_at``, the version the batch trains:
+    one per step where the runner took newer versions mid-rollout, else one for the rollout."""
+    return [trained_at - v for v in info.get("step_versions", [info["version"]])]
 
 
 class ParameterStore(abc.ABC):

@@ -99,7 +99,12 @@ class QueueOptions(Section):
     max_queued_rollouts: int = Field(default=8, ge=1)
     """Completed rollouts waiting for a learner before env runners pause (the back-pressure)."""
     max_policy_lag: int = Field(default=20, ge=0)
-    """Rollouts produced more than this many versions before the one being trained are dropped."""
+    """Rollouts produced more than this many versions before the one being trained are dropped
+    (a rollout is as old as its first step)."""
+    refresh_every_steps: int | None = Field(default=None, ge=1)
+    """An env runner looks for a newer published version every this many steps of a rollout
+    and acts on with it at once (never waiting; each step's version is kept, so the lag is
+    per step); None: one version per rollout, taken at its start."""
 
 
 class QueueConfig(AlgoConfig):

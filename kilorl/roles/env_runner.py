@@ -76,6 +76,9 @@ class EnvRunner(Actor):
         """Each env group's current observations."""
         self.state: State = self.policy.initial_state(columns)
         self.discount = cfg.algo.discount
+        queue = getattr(cfg.algo, "queue", None)
+        self.refresh_every: int | None = queue.refresh_every_steps if queue is not None else None
+        """``algo.queue.refresh_every_steps``: how often a rollout looks for a newer version."""
         self.discounted = np.zeros(columns, np.float64)
         self.ep_return = np.zeros(columns, np.float64)
         self.ep_length = np.zeros(columns, np.int64)
@@ -145,7 +148,13 @@ class EnvRunner(Actor):
                               np.zeros((T, N, *self.envs.single_observation_space.shape), np.float64)
                               if self.cfg.env.normalize_obs else None, np.zeros((T, N), np.float64))
         copies = self.agents.num_copies if self.agents is not None else N  # env steps per step of the vector
+        versions = np.empty(T, np.int64)  # the version each step acted with
         for t in range(T):
+            if self.refresh_every is not None and t and t % self.refresh_every == 0:
+                t_refresh = time.perf_counter()
+                self.copy.refresh()  # a newer version, if published: never a wait
+                buf.refresh_s += time.perf_counter() - t_refresh
+            versions[t] = self.version
             ctx = StepContext(env_steps + t * copies * self.cfg.parallelism.actor, self.version, self.index)
             for g in range(len(self.envs.slices)):
                 if t:
@@ -160,14 +169,17 @@ class EnvRunner(Actor):
         moments = {keys.RET_MOMENTS: [Moments.of(buf.raw_returns)]} if self.cfg.env.normalize_reward else {}
         if buf.raw_obs is not None:
             moments[keys.OBS_MOMENTS] = [Moments.of(buf.raw_obs, self.envs.single_observation_space.shape)]
-        rollout = Rollout(steps=buf.steps, last=last, moments=moments, version=self.version, final=final,
+        first = int(versions[0])  # a rollout (and each of its columns) is as old as its first step
+        rollout = Rollout(steps=buf.steps, last=last, moments=moments, version=first, final=final,
                           state=buf.start_state, env_steps_before=env_steps,
-                          column_versions=np.full(N, self.version, np.int64))
+                          column_versions=np.full(N, first, np.int64))
         info_out = RolloutInfo(
-            actor=self.index, version=self.version, env_steps=T * copies, episode_returns=buf.episodes_r,
-            episode_lengths=buf.episodes_l, collect_s=time.perf_counter() - t0, wait_s=wait_s,
-            env_step_s=buf.env_step_s, inference_s=buf.inference_s,
+            actor=self.index, version=first, env_steps=T * copies, episode_returns=buf.episodes_r,
+            episode_lengths=buf.episodes_l, collect_s=time.perf_counter() - t0 - buf.refresh_s,
+            wait_s=wait_s + buf.refresh_s, env_step_s=buf.env_step_s, inference_s=buf.inference_s,
         )
+        if self.refresh_every is not None:
+            info_out["step_versions"] = versions.tolist()
         if self.agents is not None:
             self._agent_episodes(info_out)
         return rollout, info_out
@@ -294,3 +306,5 @@ class _RolloutBuffers:
         """Seconds the runner spent in its environments' steps (waiting for them, in subprocesses)."""
         self.inference_s = 0.0
         """Seconds in the behaviour policy (acting, and the bootstrap values of the rollout's end)."""
+        self.refresh_s = 0.0
+        """Seconds looking for (and taking) newer versions mid-rollout: parameter time, like ``wait_s``."""

@@ -119,6 +119,8 @@ class ParameterShard:
         cond = self._condition()
         async with cond:
             ok = lambda: (v := self._versions.latest(name)) is not None and v >= min_version  # noqa: E731
+            if ok():  # there already: asyncio.wait_for with a zero timeout would time out regardless
+                return self._versions.latest(name)  # type: ignore[return-value]
             try:
                 await asyncio.wait_for(cond.wait_for(ok), timeout)
             except TimeoutError:

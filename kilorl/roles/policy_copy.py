@@ -54,14 +54,28 @@ class PolicyCopy:
         t0 = time.perf_counter()
         latest = self.store.wait(self.name, min_version, timeout)
         if latest != self.version:
-            # The newest version (>= latest): a store may already have reclaimed ``latest``.
-            wanted = self.groups.wanted(latest)
-            version = self._copy_in(wanted) if self._into is not None else None
-            if version is None:
-                version = self._load(wanted)
-            self.groups.took(version, wanted)
-            self.version = version
+            self._take(latest)
         return time.perf_counter() - t0
+
+    def refresh(self) -> bool:
+        """Take a version newer than the one held if one is published, without waiting (the
+        ``queue`` path's mid-rollout refresh); True when the model changed. On the store
+        worker's host the check reads its version board, not a request."""
+        try:
+            latest = self.store.wait(keys.POLICY, self.version + 1, 0.0)
+        except TimeoutError:
+            return False
+        self._take(latest)
+        return True
+
+    def _take(self, latest: int) -> None:
+        # The newest version (>= latest): a store may already have reclaimed ``latest``.
+        wanted = self.groups.wanted(latest)
+        version = self._copy_in(wanted) if self._into is not None else None
+        if version is None:
+            version = self._load(wanted)
+        self.groups.took(version, wanted)
+        self.version = version
 
     def _copy_in(self, wanted: list[str]) -> int | None:
         """The newest version copied straight into the model's own tensors and the normaliser

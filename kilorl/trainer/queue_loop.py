@@ -7,12 +7,14 @@ ranks. Completed rollouts waiting for a learner are bounded by
 ``algo.queue.max_queued_rollouts``: past it, a runner that completes is not resubmitted until
 the queue drains (``queue_pauses`` counts it), so at most ``max_queued_rollouts + actor - 1``
 rollouts are held, however slow the learners. Completions are taken while the learners train,
-so a runner never waits for an update. A rollout more than
-``algo.queue.max_policy_lag`` versions behind the version being trained is dropped
-(``lag_dropped``) and its steps never counted. Every row reports the batch's lag (min, mean,
-max), and per env runner ``j`` the rollouts trained on so far (``rollouts_actor{j}``) and the
-mean lag of its rollouts in the batch (``policy_lag_actor{j}``, when it has one there). A slow
-env runner delays only its own rollouts.
+so a runner never waits for an update. With ``algo.queue.refresh_every_steps`` a runner also
+takes newer versions mid-rollout, so a step acts with the newest version published before it.
+A rollout whose first step is more than ``algo.queue.max_policy_lag`` versions behind the
+version being trained is dropped (``lag_dropped``) and its steps never counted. Every row
+reports the batch's lag (min, mean, max; over steps when runners refresh, each step at the
+version it acted with), and per env runner ``j`` the rollouts trained on so far
+(``rollouts_actor{j}``) and the mean lag of its steps in the batch (``policy_lag_actor{j}``,
+when it has one there). A slow env runner delays only its own rollouts.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from kilorl.config import Config
+from kilorl.core import step_lags
 from kilorl.trainer.as_completed import AsCompleted, Completed
 from kilorl.trainer.data_path import IterationResult
 from kilorl.trainer.loop import learner_results
@@ -111,7 +114,7 @@ class QueueLoop(AsCompleted):
         """The driver's counters and the batch's lag, overall and per env runner."""
         lags: dict[int, list[int]] = {}
         for j, _, info in batch:
-            lags.setdefault(j, []).append(self.iteration - info["version"])
+            lags.setdefault(j, []).extend(step_lags(info, self.iteration))  # per step, when runners refresh
             self.trained[j] += 1
         every = [lag for per_actor in lags.values() for lag in per_actor]
         stats = {"lost_rollouts": float(self.lost_rollouts), "republished": float(self.republished),

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from kilorl.config import Config
-from kilorl.core import RolloutInfo
+from kilorl.core import RolloutInfo, step_lags
 from kilorl.trainer.data_path import IterationResult
 from kilorl.trainer.metrics import MetricsWriter
 
@@ -66,7 +66,7 @@ class Reporter:
             "iteration": it.iteration, "episodes": self.episodes,
             "collect_s": float(np.mean([i["collect_s"] for i in infos])),
             "actor_wait_s": float(np.mean([i["wait_s"] for i in infos])),
-            "policy_lag": float(np.mean([it.iteration - 1 - i["version"] for i in infos])),
+            "policy_lag": float(np.mean([lag for i in infos for lag in step_lags(i, it.iteration - 1)])),
             **collect_shares(infos),
             **it.stats,
         }

@@ -113,3 +113,11 @@ def test_fetch_into_copies_a_version_into_the_given_tensors_and_refuses_a_mismat
     with pytest.raises(ValueError, match=r"w: destination is torch.float32 \[3, 2\]"):
         store.fetch_into("p", {"b": out["b"], "w": torch.zeros(3, 2)})
     assert bool((out["b"] == 2.5).all())  # nothing was copied
+
+
+def test_a_wait_with_a_zero_timeout_is_a_look_the_version_if_there_else_a_timeout(store):
+    """(What an env runner's mid-rollout refresh relies on: ``algo.queue.refresh_every_steps``.)"""
+    store.publish("policy", 1, weights(1.0))
+    assert store.wait("policy", 1, 0.0) == 1
+    with pytest.raises(TimeoutError):
+        store.wait("policy", 2, 0.0)

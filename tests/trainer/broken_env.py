@@ -121,12 +121,14 @@ class SlowInOneProcess(gym.Env):
 
     The first process to reset one claims ``marker`` (its pid, written with ``O_EXCL``); its
     envs sleep ``step_s`` a step, every other process's envs do not: one actor slowed on purpose.
+    ``spin``: busy-wait instead of sleeping, so that on a machine with fewer cores than processes
+    the slowed runner keeps its share of the CPU and the others gain none from its slowness.
     """
 
-    def __init__(self, marker: str, step_s: float = 0.005) -> None:
+    def __init__(self, marker: str, step_s: float = 0.005, spin: bool = False) -> None:
         self.inner = gym.make("CartPole-v1")
         self.observation_space, self.action_space = self.inner.observation_space, self.inner.action_space
-        self.marker, self.step_s, self.slow = marker, step_s, None
+        self.marker, self.step_s, self.slow, self.spin = marker, step_s, None, spin
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         import os
@@ -147,7 +149,11 @@ class SlowInOneProcess(gym.Env):
     def step(self, action):
         import time
 
-        if self.slow:
+        if self.slow and self.spin:
+            until = time.perf_counter() + self.step_s
+            while time.perf_counter() < until:
+                pass
+        elif self.slow:
             time.sleep(self.step_s)
         return self.inner.step(action)
 

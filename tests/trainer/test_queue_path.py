@@ -16,9 +16,11 @@ def _impala(queue: dict, total: int = 1024, name: str = "impala", **sections):
                        parallelism={"actor": 2, "envs_per_actor": 2}, train={"total_env_steps": total}, **sections)
 
 
-@pytest.mark.parametrize("name", ["impala", "appo"])
-def test_impala_and_appo_train_on_batches_of_the_first_rollouts_to_complete(ray_local, tmp_path, name):
-    result = Trainer(_impala({"rollouts_per_batch": 2, "max_queued_rollouts": 4}, name=name), tmp_path / "run").fit()
+@pytest.mark.parametrize(("name", "refresh"), [("impala", None), ("appo", 1)])
+def test_impala_and_appo_train_on_batches_of_the_first_rollouts_to_complete(ray_local, tmp_path, name, refresh):
+    """(APPO's runners take newer versions between steps, ``refresh_every_steps``: the same rows, lag per step.)"""
+    queue = {"rollouts_per_batch": 2, "max_queued_rollouts": 4, "refresh_every_steps": refresh}
+    result = Trainer(_impala(queue, name=name), tmp_path / "run").fit()
     rows = read_metrics(tmp_path / "run")
     assert result.env_steps == 1024 and [r["env_steps"] for r in rows] == list(range(64, 1025, 64))
     assert all(0 <= r["policy_lag_min"] <= r["policy_lag"] <= r["policy_lag_max"] for r in rows)
