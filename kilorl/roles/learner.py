@@ -80,7 +80,8 @@ def replay_storage(cfg: Config, store: Any, rank: int = 0, prefix: str | None = 
     from kilorl.roles.store_replay import actors_insert, learner_scope, store_replay_factory, table_prefix
 
     return store_replay_factory(connect, section, learner_scope(prefix or table_prefix(None), rank),
-                                batch_size=getattr(cfg.algo, "batch_size", 1), external_inserts=actors_insert(cfg))
+                                batch_size=getattr(cfg.algo, "batch_size", 1), external_inserts=actors_insert(cfg),
+                                learning_starts=getattr(cfg.algo, "learning_starts", 0))
 
 
 class LearnerRole(Learner):

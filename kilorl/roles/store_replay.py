@@ -224,21 +224,27 @@ def stacked_columns(section: ReplayBufferConfig, schema: Mapping[str, tuple[tupl
     return names
 
 
-def limiter_of(section: ReplayBufferConfig, batch_size: int) -> dict[str, Any]:
+def limiter_of(section: ReplayBufferConfig, batch_size: int, learning_starts: int = 0) -> dict[str, Any]:
     """The table's rate limiter. Its tolerance covers what a learner that samples whole batches
     leaves owed (under ``batch_size + 1`` rows) plus one row's worth of inserts, so the learner,
-    inserting and sampling in one thread, is never refused on either side."""
+    inserting and sampling in one thread, is never refused on either side. With
+    ``samples_per_insert`` the limiter starts counting no earlier than the algorithm's first
+    sample (``learning_starts``, in rows: an env step adds at most one): a limiter that started
+    sooner would block the inserts the learner waits for, and neither side would move."""
     spi = section.samples_per_insert
     tolerance = None if spi is None else spi + batch_size + 1.0
-    return {"samples_per_insert": spi, "min_size_to_sample": section.min_size_to_sample or 1,
-            "tolerance": tolerance}
+    min_size = section.min_size_to_sample or 1
+    if spi is not None:
+        min_size = max(min_size, learning_starts + 1)
+    return {"samples_per_insert": spi, "min_size_to_sample": min_size, "tolerance": tolerance}
 
 
 def store_replay_factory(connect: Any, section: ReplayBufferConfig, run_id: str | None = None,
-                         batch_size: int = 1, external_inserts: bool = False) -> Any:
+                         batch_size: int = 1, external_inserts: bool = False, learning_starts: int = 0) -> Any:
     """``LearnerContext.replay_storage`` for a run with a ``replay_buffer`` section;
     ``run_id``: the tables' name prefix (``learner_scope``); ``batch_size``: the rows the
-    algorithm samples per gradient step; ``external_inserts``: env runners insert (``ActorInserts``)."""
+    algorithm samples per gradient step; ``external_inserts``: env runners insert (``ActorInserts``);
+    ``learning_starts``: the algorithm's env steps before its first sample (``limiter_of``)."""
     run = run_id or secrets.token_hex(4)
     prio = section.prioritized
 
@@ -251,7 +257,7 @@ def store_replay_factory(connect: Any, section: ReplayBufferConfig, run_id: str 
                              compression=section.compression, compression_level=section.compression_level,
                              chunk_length=section.chunk_length, seed=seed, durable=section.durable, stacked=stacked,
                              sampler="uniform" if prio is None else "prioritized",
-                             alpha=0.6 if prio is None else prio.alpha, limiter=limiter_of(section, batch_size))
+                             alpha=0.6 if prio is None else prio.alpha, limiter=limiter_of(section, batch_size, learning_starts))
             table = ShardedTable([c.replay_tables for c in clients], spec, seed=seed,
                                  external_inserts=external_inserts)
         except BaseException:

@@ -42,7 +42,7 @@ def test_dqn_transitions_on_a_store_table_are_the_adders_rows_bit_for_bit(store_
     table.table.close()
 
 
-def _dqn_learner(store_worker, replay_buffer: dict, total_env_steps: int = 4800):
+def _dqn_learner(store_worker, replay_buffer: dict, total_env_steps: int = 4800, learning_starts: int = 0):
     import types
 
     import gymnasium as gym
@@ -52,7 +52,7 @@ def _dqn_learner(store_worker, replay_buffer: dict, total_env_steps: int = 4800)
     from tests.conftest import tiny_config
 
     cfg = tiny_config(env={"id": "CartPole-v1"}, sync={"mode": "async"},
-                      algo={"name": "dqn", "batch_size": 32, "learning_starts": 0, "buffer_size": 4000},
+                      algo={"name": "dqn", "batch_size": 32, "learning_starts": learning_starts, "buffer_size": 4000},
                       model={"hidden_sizes": [16]}, train={"total_env_steps": total_env_steps},
                       replay_buffer=replay_buffer)
     spaces = (gym.spaces.Box(-np.inf, np.inf, (16,), np.float32), gym.spaces.Discrete(2))
@@ -83,6 +83,24 @@ def test_dqn_takes_the_gradient_steps_the_rate_limiter_allows_and_sends_back_pri
     rows = table.sample(256)
     w = rows["weight"]
     assert w.shape == (256,) and w.dtype == np.float32 and w.max() == 1.0 and np.all(w > 0)
+    table.table.close()
+
+
+def test_a_rate_limited_table_opens_no_earlier_than_the_algorithms_learning_starts(store_worker):
+    """``learning_starts: 200`` with ``min_size_to_sample: 10``: the limiter starts counting at 201
+    rows, not 10. Counting from 10, it would block inserts 34 rows later while DQN waits for 200
+    env steps before its first sample: neither side would move again."""
+    learner, table = _dqn_learner(store_worker, {"samples_per_insert": 1, "min_size_to_sample": 10},
+                                  learning_starts=200)
+    assert table.min_size_to_sample == 201
+    steps, env_steps = [], 0
+    for i in range(8):  # 384 rows, inserted from this one thread: a blocked insert would hang here
+        table.add(rollout(i))
+        env_steps += 48
+        steps.append(learner.update(table, env_steps)["gradient_steps"])
+    assert steps[:4] == [0, 0, 0, 0] and sum(steps) == (384 - 201) // 32
+    info = table.table.table.info()
+    assert info["blocked_insert_s"] == 0 and info["sampled_rows"] == 32 * sum(steps)
     table.table.close()
 
 
