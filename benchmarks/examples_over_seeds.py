@@ -10,9 +10,9 @@ halved per actor beyond one (so 2/2/2 of CartPole's 1 x 8 is 2 actors x 4 envs: 
 8 envs per rollout). Each run is the shipped example with ``--seed`` and the layout; it keeps
 its ``best`` checkpoint only where the example's ``evaluation`` section says so.
 
-Per run: ``kilorl eval RUN --checkpoint latest`` (the final policy) and ``--checkpoint best``,
-20 deterministic episodes from seed 1,000,000 (the run evaluated itself on seeds from
-2,000,000), the env steps and training seconds at the run's first evaluation at or above the
+Per run: what ``kilorl eval RUN --checkpoint latest`` (the final policy) and ``--checkpoint
+best`` report, 20 deterministic episodes from seed 1,000,000 (the run evaluated itself on
+seeds from 2,000,000; the best is not played again when it is the final checkpoint's step), the env steps and training seconds at the run's first evaluation at or above the
 threshold (env steps do not depend on the machine's load; seconds do), and whether the
 threshold was met within ``TRAIN_TIME_LIMIT_S``. Prints the table and, per layout, the
 counts the issue asks for.
@@ -88,12 +88,28 @@ def kilorl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
                           check=check, env=env)
 
 
-def evaluate(run_dir: Path, checkpoint: str) -> float | None:
-    got = kilorl("eval", str(run_dir), "--checkpoint", checkpoint, "--episodes", str(EVAL_EPISODES), "--json",
-                 check=False)
-    if got.returncode != 0:
+def evaluate(run_dir: Path, checkpoint: str) -> tuple[float | None, int | None]:
+    """``(mean return, env steps of the checkpoint)`` over ``EVAL_EPISODES`` deterministic
+    episodes from seed 1,000,000 (``kilorl eval``'s), in this process: one torch import for
+    every run of the sweep instead of one per evaluation."""
+    from kilorl.trainer.evaluate import evaluate as play
+
+    try:
+        got = play(run_dir, episodes=EVAL_EPISODES, checkpoint=checkpoint)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"{run_dir.name}: no {checkpoint} checkpoint to evaluate ({err})", file=sys.stderr)
+        return None, None
+    return got.episode_return_mean, got.env_steps
+
+
+def checkpoint_steps(run_dir: Path, checkpoint: str) -> int | None:
+    from kilorl.trainer.checkpoint import select_checkpoint
+
+    try:
+        meta = select_checkpoint(run_dir, checkpoint) / "meta.json"
+    except (FileNotFoundError, ValueError):
         return None
-    return json.loads(got.stdout.strip().splitlines()[-1])["episode_return_mean"]
+    return json.loads(meta.read_text())["env_steps"] if meta.is_file() else None
 
 
 def run_one(config: Path, layout: Layout, seed: int, out: Path, threshold: float, extra: list[str]) -> Run:
@@ -114,9 +130,12 @@ def run_one(config: Path, layout: Layout, seed: int, out: Path, threshold: float
                    None)
         if hit is not None:
             r.first_hit_env_steps, r.first_hit_train_s = hit["env_steps"], hit.get("train_time")
-    r.final_eval = evaluate(run_dir, "latest")
+    r.final_eval, final_steps = evaluate(run_dir, "latest")
     if (run_dir / "checkpoints" / "best").exists():
-        r.best_eval = evaluate(run_dir, "best")
+        if final_steps is not None and checkpoint_steps(run_dir, "best") == final_steps:
+            r.best_eval = r.final_eval  # the run stopped on the policy it kept as best: the same weights
+        else:
+            r.best_eval, _ = evaluate(run_dir, "best")
     return r
 
 
