@@ -12,7 +12,8 @@ its ``best`` checkpoint only where the example's ``evaluation`` section says so.
 
 Per run: what ``kilorl eval RUN --checkpoint latest`` (the final policy) and ``--checkpoint
 best`` report, 20 deterministic episodes from seed 1,000,000 (the run evaluated itself on
-seeds from 2,000,000; the best is not played again when it is the final checkpoint's step), the env steps and training seconds at the run's first evaluation at or above the
+seeds from 2,000,000; the best is not played again when it is the final checkpoint's
+step), the env steps and training seconds at the run's first evaluation at or above the
 threshold (env steps do not depend on the machine's load; seconds do), and whether the
 threshold was met within ``TRAIN_TIME_LIMIT_S``. Prints the table and, per layout, the
 counts the issue asks for.
