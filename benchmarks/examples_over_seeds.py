@@ -163,6 +163,19 @@ def fmt(x: float | int | None, spec: str = ".1f") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def report(runs: list[Run], threshold: float, limit: float | None) -> None:
+    """The table of every run, then the counts per layout."""
+    print(f"\n| layout | seed | env steps | final eval | best eval | first eval >= {threshold:g}: env steps "
+          "| its train s | train s | start-up s |\n|---|---|---|---|---|---|---|---|---|")
+    for r in sorted(runs, key=lambda r: (r.layout, r.seed)):
+        print(f"| {r.layout} | {r.seed} | {fmt(r.env_steps, ',')} | {fmt(r.final_eval)} | {fmt(r.best_eval)} "
+              f"| {fmt(r.first_hit_env_steps, ',')} | {fmt(r.first_hit_train_s, '.0f')} | {fmt(r.train_s, '.0f')} "
+              f"| {fmt(r.startup_s)} |" + (f" error: {r.error}" if r.error else ""))
+    print()
+    for line in summary(runs, threshold, limit):
+        print(line)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--example", default="cartpole", choices=sorted(THRESHOLDS))
@@ -171,7 +184,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "examples-over-seeds")
     ap.add_argument("-o", "--override", action="append", default=[], help="more overrides for every run")
     ap.add_argument("--json", type=Path, help="append each run as one JSON line")
+    ap.add_argument("--report", type=Path, help="run nothing: print the table and counts of the runs in this "
+                    "--json file (a sweep split over several invocations, each sized to the machine)")
     args = ap.parse_args(argv)
+    threshold = THRESHOLDS[args.example]
+    limit = TRAIN_TIME_LIMIT_S.get(args.example)
+    if args.report:
+        runs = [Run(**json.loads(x)) for x in args.report.read_text().splitlines() if x.strip()]
+        report(runs, threshold, limit)
+        return 0
     import yaml
 
     config = REPO / "examples" / f"{args.example}_ppo.yaml"
@@ -183,8 +204,6 @@ def main(argv: list[str] | None = None) -> int:
         seeds = list(range(lo, hi + 1))
     else:
         seeds = [int(x) for x in args.seeds.split(",")]
-    threshold = THRESHOLDS[args.example]
-    limit = TRAIN_TIME_LIMIT_S.get(args.example)
     runs = []
     for seed in seeds:  # the layouts alternate, so load drifts hit both alike
         for layout in layouts:
@@ -194,15 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:
                 with args.json.open("a") as f:
                     f.write(json.dumps(asdict(r)) + "\n")
-    print(f"\n| layout | seed | env steps | final eval | best eval | first eval >= {threshold:g}: env steps "
-          "| its train s | train s | start-up s |\n|---|---|---|---|---|---|---|---|---|")
-    for r in runs:
-        print(f"| {r.layout} | {r.seed} | {fmt(r.env_steps, ',')} | {fmt(r.final_eval)} | {fmt(r.best_eval)} "
-              f"| {fmt(r.first_hit_env_steps, ',')} | {fmt(r.first_hit_train_s, '.0f')} | {fmt(r.train_s, '.0f')} "
-              f"| {fmt(r.startup_s)} |" + (f" error: {r.error}" if r.error else ""))
-    print()
-    for line in summary(runs, threshold, limit):
-        print(line)
+    report(runs, threshold, limit)
     return 0
 
 

@@ -32,3 +32,16 @@ def test_counts_are_per_layout_and_a_missing_evaluation_is_a_miss() -> None:
     assert sweep.summary(runs, 475.0, 400.0) == [
         "1x8/1/1: final eval >= 475 on 1/2, best >= 475 on 2/2, an evaluation >= 475 within 400 s of training on 1/2",
         "2x4/2/2: final eval >= 475 on 0/1, best >= 475 on 0/1, an evaluation >= 475 within 400 s of training on 0/1"]
+
+
+def test_a_sweep_split_over_invocations_is_reported_from_its_json_lines(tmp_path, capsys) -> None:
+    import json
+    from dataclasses import asdict
+
+    lines = [sweep.Run("1x8/1/1", s, 0, env_steps=30720, final_eval=500.0, best_eval=500.0) for s in (2, 1)]
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(json.dumps(asdict(r)) + "\n" for r in lines))
+    assert sweep.main(["--report", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.index("| 1x8/1/1 | 1 |") < out.index("| 1x8/1/1 | 2 |")  # in seed order
+    assert "1x8/1/1: final eval >= 475 on 2/2, best >= 475 on 2/2" in out
