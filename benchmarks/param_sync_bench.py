@@ -48,6 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -121,33 +122,75 @@ def actors_share(shapes: list[tuple[int, ...]]) -> bool:
     return sum(4 * int(np.prod(s)) for s in shapes) > COPY_IN_MAX_BYTES
 
 
+class ReaderFailed(RuntimeError):
+    """A reader raised, died or missed the deadline: the run stops instead of waiting on its ack."""
+
+
 class Acks:
     """Pacing: every reader says it has version v by writing one byte to a FIFO the driver reads.
 
     Scaffolding that costs the machine next to nothing (a store publish per ack would cost the
-    worker and the two cores more than the sync being measured)."""
+    worker and the two cores more than the sync being measured). A reader that fails never
+    acks, and its open end of the FIFO keeps the driver's read from seeing EOF: ``wait`` checks
+    the readers between acks and gives up at a deadline, so a failing reader raises its own
+    error here instead of hanging the run."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         os.mkfifo(path)
         self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # does not wait for a writer
-        os.set_blocking(self.fd, True)
 
-    def wait(self, n: int) -> None:
-        got = 0
+    def wait(self, n: int, deadline_s: float, check: Callable[[], None], what: str = "",
+             check_every_s: float = 1.0) -> None:
+        """Take ``n`` acks within ``deadline_s``; ``check()`` (called at least every
+        ``check_every_s`` while no ack comes) raises if a reader has failed."""
+        import select
+
+        got, deadline = 0, time.monotonic() + deadline_s
         while got < n:
-            got += len(os.read(self.fd, n - got))
+            left = deadline - time.monotonic()
+            if left <= 0:
+                check()
+                raise ReaderFailed(f"{got}/{n} readers acknowledged {what} within --sync-timeout-s "
+                                   f"{deadline_s:g} s; the others neither acked nor failed")
+            ready, _, _ = select.select([self.fd], [], [], min(left, check_every_s))
+            if not ready:
+                check()
+                continue
+            try:
+                data = os.read(self.fd, n - got)
+            except BlockingIOError:
+                continue
+            if not data:  # every writer closed its end: the readers are gone
+                check()
+                raise ReaderFailed(f"every reader closed the ack pipe after {got}/{n} acks of {what}")
+            got += len(data)
 
     def close(self) -> None:
         os.close(self.fd)
         self.path.unlink()
 
 
+def readers_alive(ray, done: list) -> Callable[[], None]:
+    """A ``check`` for ``Acks.wait``: a reader's ``listen`` that returned early raised (or its
+    process died); ``ray.get`` re-raises that error here."""
+
+    def check() -> None:
+        finished, _ = ray.wait(done, num_returns=len(done), timeout=0)
+        for ref in finished:
+            ray.get(ref)  # raises the reader's error
+            raise ReaderFailed("a reader returned before every version was published")
+
+    return check
+
+
 def bench_store(ray, actors_n: int, shapes, versions: int, address: str, token: str | None, shards: int,
-                name: str, share: bool, nodes: Nodes | None = None) -> tuple[list[float], dict[str, float]]:
+                name: str, share: bool, timeout_s: float,
+                nodes: Nodes | None = None) -> tuple[list[float], dict[str, float]]:
     """Latencies of every (version, actor), and the median time from the publish's start to
     each stage (``STAGES``): the publish call returning (driver), the actor's ``wait``
-    returning with the version's bytes, the bytes copied into its model."""
+    returning with the version's bytes, the bytes copied into its model. ``timeout_s`` bounds
+    every step that waits on another process (a reader's ``wait``, the driver's acks, start-up)."""
     from kilorl.params.store_backed import StoreParameterStore
     from kilorl.store import StoreClient
 
@@ -164,7 +207,7 @@ def bench_store(ray, actors_n: int, shapes, versions: int, address: str, token: 
         def listen(self, versions: int) -> list[tuple[float, float]]:
             got = []
             for v in range(1, versions + 1):
-                self.ps.wait(name, v, timeout=120)
+                self.ps.wait(name, v, timeout=timeout_s)
                 woke = time.monotonic()
                 if share:  # the model takes the store's memory as its parameters
                     _, self.model = self.ps.fetch(name, v, list(self.model), share=True)
@@ -178,8 +221,9 @@ def bench_store(ray, actors_n: int, shapes, versions: int, address: str, token: 
     acks = Acks(Path(tempfile.mkdtemp()) / "acks")
     actors = [Reader.options(**(nodes.pin(i) if nodes else {})).remote(
         i, str(acks.path), nodes.address_of(i) if nodes else address) for i in range(actors_n)]
-    ray.get([a.__ray_ready__.remote() for a in actors])
+    ray.get([a.__ray_ready__.remote() for a in actors], timeout=timeout_s)
     done = [a.listen.remote(versions) for a in actors]
+    check = readers_alive(ray, done)
     writer = StoreParameterStore(lambda: StoreClient(address, token=token), num_shards=shards, shard_homes=homes)
     starts, published = [], []
     for v in range(1, versions + 1):
@@ -187,18 +231,20 @@ def bench_store(ray, actors_n: int, shapes, versions: int, address: str, token: 
         starts.append(time.monotonic())
         writer.publish(name, v, params)
         published.append(time.monotonic())
-        acks.wait(actors_n)
-    per_actor = ray.get(done)
-    acks.close()
-    for a in actors:
-        ray.kill(a)
+        acks.wait(actors_n, timeout_s, check, f"version {v} of {name}")
+    try:
+        per_actor = ray.get(done, timeout=timeout_s)
+    finally:
+        acks.close()
+        for a in actors:
+            ray.kill(a)
     stages = [[p - s for s, p in zip(starts, published)],
               [t[v][0] - starts[v] for t in per_actor for v in range(versions)],
               [t[v][1] - starts[v] for t in per_actor for v in range(versions)]]
     return stages[2], {stage: float(np.median(xs)) * 1e3 for stage, xs in zip(STAGES, stages)}
 
 
-def bench_ray(ray, actors_n: int, shapes, versions: int, nodes: Nodes | None = None) -> list[float]:
+def bench_ray(ray, actors_n: int, shapes, versions: int, timeout_s: float, nodes: Nodes | None = None) -> list[float]:
     @ray.remote(num_cpus=0)
     class RayReader:
         def __init__(self) -> None:
@@ -211,13 +257,13 @@ def bench_ray(ray, actors_n: int, shapes, versions: int, nodes: Nodes | None = N
             return t
 
     actors = [RayReader.options(**(nodes.pin(i) if nodes else {})).remote() for i in range(actors_n)]
-    ray.get([a.__ray_ready__.remote() for a in actors])
+    ray.get([a.__ray_ready__.remote() for a in actors], timeout=timeout_s)
     out = []
     for v in range(1, versions + 1):
         weights = {k: t.numpy() for k, t in make_params(shapes, float(v)).items()}  # RLlib ships numpy weights
         t0 = time.monotonic()
         ref = ray.put(weights)
-        out += [t - t0 for t in ray.get([a.load.remote(ref, v) for a in actors])]
+        out += [t - t0 for t in ray.get([a.load.remote(ref, v) for a in actors], timeout=timeout_s)]
         del ref
     for a in actors:
         ray.kill(a)
@@ -274,7 +320,9 @@ def start_mesh(tmp: Path, shm: str, n: int) -> tuple[list[subprocess.Popen], lis
         addresses.append(address)
     deadline = time.monotonic() + 60
     with StoreClient(addresses[-1], token=token) as c:
-        while len(c.stats()["cluster"]["ring"]["members"]) < n and time.monotonic() < deadline:
+        while len(members := c.stats()["cluster"]["ring"]["members"]) < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the store mesh has {len(members)} of {n} workers in its ring after 60 s")
             time.sleep(0.1)
     return procs, addresses, token
 
@@ -299,12 +347,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shards", type=int, default=2, help="parameter-server shards per version")
     ap.add_argument("--runs", type=int, default=1, help="repeat the comparison; report medians over runs")
     ap.add_argument("--raylets", type=int, default=1, help="spread the actors over this many raylets (a worker each)")
+    ap.add_argument("--sync-timeout-s", type=float, default=120.0,
+                    help="how long any one step may wait on another process (a version reaching every reader, "
+                         "a reader starting) before the run stops with the reason; generous for a loaded machine")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     import ray
 
     if args.raylets < 1:
         ap.error("--raylets must be >= 1")
+    if not args.sync_timeout_s > 0:
+        ap.error("--sync-timeout-s must be > 0")
     torch.set_num_threads(1)
     cluster, nodes = None, None
     if args.raylets > 1:
@@ -331,12 +384,13 @@ def main(argv: list[str] | None = None) -> int:
                     got = {}
                     for share in (False, True) if run % 2 == 0 else (True, False):  # each goes first in turn
                         got[share] = bench_store(ray, args.actors, shapes, n, address, token, args.shards,
-                                                 f"bench{run}-{idx}-{share}", share=share, nodes=nodes)
+                                                 f"bench{run}-{idx}-{share}", share=share,
+                                                 timeout_s=args.sync_timeout_s, nodes=nodes)
                     stages[label] = got[actors_share(shapes)][1]
                     results[label] = {
                         COPIED: percentiles(got[False][0]),
                         VIEWS: percentiles(got[True][0]),
-                        "Ray broadcast": percentiles(bench_ray(ray, args.actors, shapes, n, nodes)),
+                        "Ray broadcast": percentiles(bench_ray(ray, args.actors, shapes, n, args.sync_timeout_s, nodes)),
                         "memcpy floor": percentiles(bench_memcpy(shapes, n)),
                     }
                 runs.append(results)

@@ -351,9 +351,16 @@ class StoreParameterStore:
             try:
                 v, cached, segments = self._reads().read(name, reader, version, key=key)
             except VersionGone:
-                if self.client.latest_version(layout_key(name)) is None:
+                latest = self.client.latest_version(layout_key(name))
+                if latest is None:
                     # the worker restarted empty between our wait and this read: someone must republish
                     raise ParametersLost(f"{name}: the store worker restarted without the parameters") from None
+                if version is not None and version >= latest and attempt < self.retries:
+                    # a wait woke on the version board, which a publisher on the worker's host names
+                    # before its commit: the version is coming (or just came), not gone (reclaimed
+                    # ones are older than the latest)
+                    self.client.wait_version(layout_key(name), version, self.reconnect_timeout_s, committed=True)
+                    continue
                 if version is not None or attempt == self.retries:
                     raise
                 time.sleep(0)  # a newer version replaced it: read that one

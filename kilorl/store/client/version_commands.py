@@ -118,10 +118,15 @@ class VersionCommands(Connection):
             return Versioned(resp["version"], values)
         return self._retrying(once)
 
-    def wait_version(self, name: str, min_version: int, timeout: float | None = None) -> int:
+    def wait_version(self, name: str, min_version: int, timeout: float | None = None,
+                     committed: bool = False) -> int:
         """Blocks until ``name`` reaches ``min_version`` (or ``timeout``); returns the latest
-        (on the worker's host: the board's, when it names ``name`` at ``min_version`` or later)."""
-        if self.board is not None and self.arena is not None:
+        (on the worker's host: the board's, when it names ``name`` at ``min_version`` or later).
+
+        ``committed``: ask the worker, never the board. A publisher on the worker's host names
+        its versions on the board before it commits them, so a version the board names may
+        not be readable by number yet; this waits until it is."""
+        if self.board is not None and self.arena is not None and not committed:
             got, timeout = board_read(self.board, self.arena.view, [(name, None)], None, min_version, timeout,
                                       self.latest_version, self._connected, head_only)
             if got is not None:
