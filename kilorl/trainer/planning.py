@@ -27,13 +27,15 @@ def requests_from_config(cfg: Config, topology: Any = None) -> list[Any]:
     def only(role: str) -> frozenset[str] | None:
         return nodes_with_labels(role, getattr(res, role).nodes, topology)
 
-    return [
+    requests = [
         GangRequest("learner", par.learner, demand(res.learner), (Affinity("same_island"),), collective=True,
                     only_nodes=only("learner")),
         GangRequest("parameter_server", par.parameter_server, demand(res.parameter_server),
                     (Affinity("near_role", role="learner"),), only_nodes=only("parameter_server")),
-        GangRequest("actor", par.actor, demand(res.actor), only_nodes=only("actor")),
     ]
+    if par.actor:  # an offline-only run (``parallelism.actor: 0``) places no actor
+        requests.append(GangRequest("actor", par.actor, demand(res.actor), only_nodes=only("actor")))
+    return requests
 
 
 def nodes_with_labels(role: str, labels: list[str], topology: Any) -> frozenset[str] | None:
