@@ -96,3 +96,14 @@ def test_the_record_command_writes_a_dataset_and_refuses_a_second_source(tmp_pat
     assert len(episodes) == 2 and meta["seed"] == 5 and episodes[1].seed == 6
     assert main(["record", "--episodes", "1", "-o", str(tmp_path / "x")]) == 2
     assert "RUN_DIR or --env" in capsys.readouterr().err
+
+
+def test_a_dataset_recorded_on_a_perturbed_env_keeps_its_constructor_arguments(tmp_path, capsys):
+    from kilorl.cli.main import main
+
+    assert main(["record", "--env", "Pendulum-v1", "--episodes", "1", "-o", str(tmp_path / "g12"),
+                 "--env-kwarg", "g=12.0"]) == 0
+    assert read_dataset(tmp_path / "g12")[1]["env_kwargs"] == {"g": 12.0}
+    assert main(["record", "--env", "Pendulum-v1", "--episodes", "1", "-o", str(tmp_path / "bad"),
+                 "--env-kwarg", "g"]) == 2
+    assert "--env-kwarg 'g': expected KEY=VALUE" in capsys.readouterr().err
