@@ -74,10 +74,11 @@ class ReplayLoop(AsCompleted):
                                   last=not self.pending and not self.ready)
 
     def _offline_only(self) -> Iterator[IterationResult]:
-        """Updates with no rollout: the clock advances by what one rollout per learner would add."""
+        """Updates with no rollout: the clock advances by what one rollout per learner would add
+        (the last update may pass ``total_env_steps``, as an online run's last rollout does)."""
         learners, total = self.roles.learners, self.cfg.train.total_env_steps
         while self.env_steps < total:
-            steps_after = min(self.env_steps + self.cfg.rollout_steps, total)
+            steps_after = self.env_steps + self.cfg.rollout_steps
             updates = [h.update.remote(self.iteration + 1, steps_after) for h in learners]
             self.env_steps = steps_after
             stats = learner_results(updates, self.on_wait)[0]
