@@ -73,7 +73,7 @@ def run_arm(arm: str, seed: int, args: argparse.Namespace, work: Path) -> dict[s
     out: dict[str, Any] = {"arm": arm, "seed": seed, "rc": rc, "timed_out": timed_out, "leaked": leaked,
                            "evals": evals, "env_steps": rows[-1]["env_steps"] if rows else 0,
                            "startup_s": rows[-1].get("startup_s") if rows else None,
-                           "gradient_steps": sum(r.get("gradient_steps", 0.0) for r in rows),
+                           "gradient_steps": gradient_steps(run_dir),
                            "process_wall_s": time.time() - t0, "run_dir": str(run_dir)}
     if rc != 0:
         out["error"] = pvp._tail(run_dir / "logs" / "stderr.log")
@@ -84,6 +84,15 @@ def run_arm(arm: str, seed: int, args: argparse.Namespace, work: Path) -> dict[s
         played = evaluate(run_dir, episodes=args.real_episodes, checkpoint="latest", env_kwargs=env_kwargs(args.eval_env_kwarg))
         out["real_return_mean"], out["real_return_std"] = played.episode_return_mean, played.episode_return_std
     return out
+
+
+def gradient_steps(run_dir: Path) -> int | None:
+    """Critic steps the run took (its newest checkpoint's ``updates``; the metric rows are written
+    every ``logging.report_every_s``, not at every update, so their sum would miss some)."""
+    from kilorl.trainer.checkpoint import latest_checkpoint, load_checkpoint
+
+    last = latest_checkpoint(run_dir)
+    return None if last is None else int(load_checkpoint(last)[1]["updates"])
 
 
 def steps_to(evals: list[tuple[int, float, float]], target: float) -> int | None:
@@ -124,7 +133,7 @@ def markdown(results: list[dict[str, Any]], summary: dict[str, Any], args: argpa
         t = f"{r['evals'][-1][2]:.0f}" if r["evals"] else "n/a"
         real = f" {r['real_return_mean']:.1f} ± {r['real_return_std']:.1f} |" if "real_return_mean" in r else \
             (" n/a |" if args.eval_env_kwarg else "")
-        lines.append(f"| {r['arm']} | {r['seed']} | {evs} | {final} | {t} | {r['gradient_steps']:,.0f} |{real}")
+        lines.append(f"| {r['arm']} | {r['seed']} | {evs} | {final} | {t} | {r['gradient_steps'] or 0:,} |{real}")
     lines.append("")
     for s in summary["per_seed"]:
         hit = "never" if s["mixed_steps_to_it"] is None else f"{s['mixed_steps_to_it']:,} env steps ({s['share']:.2f}x)"
