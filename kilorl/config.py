@@ -20,7 +20,7 @@ from kilorl.algos.registry import names as algo_names
 from kilorl.comm.config import CompressionConfig
 from kilorl.config_multi_agent import MultiAgentConfig
 from kilorl.config_policies import check_policies, policy_configs
-from kilorl.config_replay import ReplayBufferConfig
+from kilorl.config_replay import ReplayBufferConfig, check_actorless
 from kilorl.config_scale import StoreSection, SyncSection
 from kilorl.config_section import Section as _Section
 from kilorl.monitor.settings import MonitorConfig
@@ -108,8 +108,9 @@ class ModelConfig(_Section):
 
 
 class ParallelismConfig(_Section):
-    actor: int = Field(default=1, ge=1)
-    """Number of actor processes (Ray actors) stepping environments."""
+    actor: int = Field(default=1, ge=0)
+    """Number of actor processes (Ray actors) stepping environments. 0: none; a replay
+    algorithm then trains from ``replay_buffer.offline`` alone (its ``ratio`` must be 1.0)."""
     envs_per_actor: int = Field(default=8, ge=1)
     """Vectorized environments inside each actor."""
     learner: int = Field(default=1, ge=1)
@@ -298,6 +299,8 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _batch_fits_the_algorithm(self) -> Config:
+        if self.parallelism.actor == 0:  # before the batch checks, which count the actors' env columns
+            check_actorless(self.algo.name, algo_spec(self.algo.name).data_path, self.replay_buffer)
         if self.model.recurrent is not None:  # the minibatch unit is an env column or a chunk, not a step
             self.algo.check_recurrent(self.parallelism, self.train.gradient_accumulation_steps)
         else:

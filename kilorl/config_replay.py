@@ -118,3 +118,20 @@ class ReplayBufferConfig(Section):
                 raise ValueError(f"replay_buffer.n_step: {self.n_step} contradicts algo.n_step={algo.n_step} "
                                  "(set one of them)")
             algo.n_step = self.n_step
+
+
+def check_actorless(algo_name: str, data_path: str, replay_buffer: ReplayBufferConfig | None) -> None:
+    """``parallelism.actor: 0`` trains from recorded data alone: only a replay algorithm can,
+    and only with every row of every batch recorded (``replay_buffer.offline.ratio: 1.0``)."""
+    if data_path != "replay":
+        raise ValueError(f"parallelism.actor=0: algo.name={algo_name} is on the {data_path} data path, which "
+                         "trains on its env runners' rollouts (only a replay algorithm trains from "
+                         "replay_buffer.offline alone)")
+    offline = replay_buffer.offline if replay_buffer is not None else None
+    if offline is None:
+        raise ValueError("parallelism.actor=0: no env runner and no replay_buffer.offline dataset: "
+                         "the run would have nothing to train on")
+    if offline.ratio != 1.0:
+        raise ValueError(f"parallelism.actor=0: replay_buffer.offline.ratio={offline.ratio} leaves "
+                         f"{1 - offline.ratio:g} of every batch to online rows, and no env runner makes any "
+                         "(set ratio: 1.0)")

@@ -63,3 +63,23 @@ def test_options_that_contradict_the_algorithm_name_both_fields():
                           "replay_buffer": {"min_size_to_sample": 2000}})
     same = config_from_dict({**DQN, "algo": {"name": "dqn", "n_step": 3}, "replay_buffer": {"n_step": 3}})
     assert same.algo.n_step == 3
+
+
+SAC = {"env": {"id": "Pendulum-v1"}, "algo": {"name": "sac"}, "sync": {"mode": "async"}}
+
+
+def test_no_actor_is_accepted_with_a_dataset_that_fills_every_batch():
+    cfg = config_from_dict({**SAC, "parallelism": {"actor": 0},
+                            "replay_buffer": {"backend": "learner", "offline": {"path": "ds", "ratio": 1.0}}})
+    assert cfg.parallelism.actor == 0 and cfg.rollout_steps > 0  # the step clock still advances
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ({"env": {"id": "CartPole-v1"}}, r"parallelism.actor=0: algo.name=ppo is on the on_policy data path"),
+    (SAC, r"parallelism.actor=0: no env runner and no replay_buffer.offline dataset"),
+    ({**SAC, "replay_buffer": {"offline": {"path": "ds", "ratio": 0.5}}},
+     r"parallelism.actor=0: replay_buffer.offline.ratio=0.5 leaves 0.5 of every batch to online rows"),
+])
+def test_no_actor_without_a_dataset_for_every_row_is_an_error_naming_the_fields(data, message):
+    with pytest.raises(ConfigError, match=message):
+        config_from_dict({**data, "parallelism": {"actor": 0}})

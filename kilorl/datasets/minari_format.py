@@ -121,9 +121,7 @@ def read_dataset(path: str | Path) -> tuple[list[Episode], dict[str, Any]]:
     for file in (meta_file, main_file):
         if not file.is_file():
             raise DatasetError(f"{file}: no such file (not a Minari dataset: expected data/{file.name})")
-    meta = json.loads(meta_file.read_text())
-    meta["observation_space"] = deserialize_space(meta["observation_space"])
-    meta["action_space"] = deserialize_space(meta["action_space"])
+    meta = _read_metadata(meta_file)
     episodes = []
     try:
         f = h5py.File(main_file, "r")
@@ -133,6 +131,27 @@ def read_dataset(path: str | Path) -> tuple[list[Episode], dict[str, Any]]:
         for i in range(int(meta["total_episodes"])):
             episodes.append(_read_episode(f, i, main_file))
     return episodes, meta
+
+
+def _read_metadata(file: Path) -> dict[str, Any]:
+    """``metadata.json`` with its spaces deserialised; a file that is not that names the file and the field."""
+    try:
+        meta = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise DatasetError(f"{file}: not valid JSON ({err})") from err
+    if not isinstance(meta, dict):
+        raise DatasetError(f"{file}: expected a JSON object, got {type(meta).__name__}")
+    for field in ("observation_space", "action_space", "total_episodes"):
+        if field not in meta:
+            raise DatasetError(f"{file}: no {field}")
+    for field in ("observation_space", "action_space"):
+        try:
+            meta[field] = deserialize_space(meta[field])
+        except DatasetError as err:
+            raise DatasetError(f"{file}: {field}: {err}") from err
+        except (TypeError, KeyError, ValueError) as err:
+            raise DatasetError(f"{file}: {field} is not a serialised space ({type(err).__name__}: {err})") from err
+    return meta
 
 
 def _read_episode(f: Any, i: int, file: Path) -> Episode:

@@ -26,16 +26,21 @@ class EvalResult:
 
 
 def evaluate(path: str | Path, episodes: int = 20, deterministic: bool = True, seed: int = 1_000_000,
-             checkpoint: str | None = None) -> EvalResult:
+             checkpoint: str | None = None, env_kwargs: dict[str, Any] | None = None) -> EvalResult:
     """Mean/std return of ``episodes`` full episodes, each from its own seed.
 
     ``path``: a checkpoint, or a run directory; of a run, ``checkpoint`` (``best``, ``latest``,
-    ``step_N``) or else its best checkpoint when it kept one, its newest otherwise."""
+    ``step_N``) or else its best checkpoint when it kept one, its newest otherwise.
+    ``env_kwargs`` override the run's ``env.kwargs``: a policy trained in simulation played on
+    a perturbed copy (docs/recorded_data.md)."""
     from kilorl.roles.evaluation import EpisodeRunner
 
     ckpt = select_checkpoint(Path(path), checkpoint) if checkpoint else resolve_checkpoint(Path(path))
     state, meta = load_checkpoint(ckpt)
-    cfg = config_from_dict(meta["config"])
+    config = meta["config"]
+    if env_kwargs:
+        config = {**config, "env": {**config["env"], "kwargs": {**config["env"].get("kwargs", {}), **env_kwargs}}}
+    cfg = config_from_dict(config)
     if cfg.multi_agent is not None:
         return _evaluate_agents(cfg, state, meta, str(ckpt), episodes, deterministic, seed)
     runner = EpisodeRunner(cfg)

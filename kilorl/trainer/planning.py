@@ -38,12 +38,14 @@ def requests_from_config(cfg: Config, topology: Any = None) -> list[Any]:
     else:
         learners = [GangRequest("learner", par.learner, demand(res.learner), (Affinity("same_island"),),
                                 collective=True, only_nodes=only("learner"))]
-    return [
+    requests = [
         *learners,
         GangRequest("parameter_server", par.parameter_server, demand(res.parameter_server),
                     (Affinity("near_role", role=learners[0].role),), only_nodes=only("parameter_server")),
-        GangRequest("actor", par.actor, demand(res.actor), only_nodes=only("actor")),
     ]
+    if par.actor:  # an offline-only run (``parallelism.actor: 0``) places no actor
+        requests.append(GangRequest("actor", par.actor, demand(res.actor), only_nodes=only("actor")))
+    return requests
 
 
 def nodes_with_labels(role: str, labels: list[str], topology: Any, field: str | None = None) -> frozenset[str] | None:

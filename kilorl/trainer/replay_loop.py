@@ -8,6 +8,12 @@ runner starts its next rollout only after the update that consumed its last one,
 with exactly the newest version (runs repeat exactly, resumes included); with depth >= 1 it
 starts at once, with whichever version is newest then (throughput). Nothing here knows the
 algorithm: it moves ``Rollout`` refs and statistics.
+
+With ``parallelism.actor: 0`` no env is stepped: the learners train from
+``replay_buffer.offline`` alone, and the step clock (``train.total_env_steps``, the metric
+rows' ``env_steps``) advances by ``Config.rollout_steps`` per update, as if the rollouts had
+been collected, so the gradient steps (``utd_ratio`` per step), ``learning_starts``, the
+evaluations and checkpoints fall where an online run of that length has them.
 """
 
 from __future__ import annotations
@@ -41,6 +47,9 @@ class ReplayLoop(AsCompleted):
             self._submit(done[0])
 
     def __iter__(self) -> Iterator[IterationResult]:
+        if not self.roles.actors:
+            yield from self._offline_only()
+            return
         n = len(self.roles.learners)
         for j in range(len(self.roles.actors)):
             self._submit(j)
@@ -63,3 +72,15 @@ class ReplayLoop(AsCompleted):
                     self._submit(j)
             yield IterationResult(self.iteration, self.env_steps, infos, stats,
                                   last=not self.pending and not self.ready)
+
+    def _offline_only(self) -> Iterator[IterationResult]:
+        """Updates with no rollout: the clock advances by what one rollout per learner would add
+        (the last update may pass ``total_env_steps``, as an online run's last rollout does)."""
+        learners, total = self.roles.learners, self.cfg.train.total_env_steps
+        while self.env_steps < total:
+            steps_after = self.env_steps + self.cfg.rollout_steps
+            updates = [h.update.remote(self.iteration + 1, steps_after) for h in learners]
+            self.env_steps = steps_after
+            stats = learner_results(updates, self.on_wait)[0]
+            self.iteration += 1
+            yield IterationResult(self.iteration, self.env_steps, [], stats, last=self.env_steps >= total)

@@ -64,9 +64,7 @@ class Reporter:
             "train_time": now - self.loop_t0, **self.startup,
             "sps": (it.env_steps - self.last_steps) / max(now - self.last_t, 1e-9),
             "iteration": it.iteration, "episodes": self.episodes,
-            "collect_s": float(np.mean([i["collect_s"] for i in infos])),
-            "actor_wait_s": float(np.mean([i["wait_s"] for i in infos])),
-            "policy_lag": float(np.mean([lag for i in infos for lag in step_lags(i, it.iteration - 1)])),
+            **collect_times(infos, it.iteration),
             **collect_shares(infos),
             **it.stats,
         }
@@ -80,6 +78,16 @@ class Reporter:
         """The driver's counters, saved with the learner's state."""
         return {"env_steps": env_steps, "iteration": iteration, "version": iteration, "episodes": self.episodes,
                 "wall_time": self.wall_time(), "recent_returns": list(self.returns)}
+
+
+def collect_times(infos: list[RolloutInfo], iteration: int) -> dict[str, float]:
+    """Mean collection and wait seconds and policy lag of the iteration's rollouts (none in
+    an offline-only run: no env runner collects)."""
+    if not infos:
+        return {}
+    return {"collect_s": float(np.mean([i["collect_s"] for i in infos])),
+            "actor_wait_s": float(np.mean([i["wait_s"] for i in infos])),
+            "policy_lag": float(np.mean([lag for i in infos for lag in step_lags(i, iteration - 1)]))}
 
 
 def collect_shares(infos: list[RolloutInfo]) -> dict[str, float]:

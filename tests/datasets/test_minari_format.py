@@ -68,6 +68,26 @@ def test_a_missing_path_and_a_truncated_episode_fail_naming_the_file_and_the_epi
         write_dataset(tmp_path / "d", [_one_episode()], space, space, dataset_id="d")
 
 
+def test_corrupt_files_fail_naming_the_file_and_what_is_wrong(tmp_path):
+    space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    data = write_dataset(tmp_path / "d", [_one_episode()], space, gym.spaces.Box(-1, 1, (1,), np.float32),
+                         dataset_id="d")
+    main, meta = data / "main_data.hdf5", data / "metadata.json"
+    good = meta.read_text()
+    main.write_bytes(main.read_bytes()[:100])  # cut short, as an interrupted copy leaves it
+    with pytest.raises(DatasetError, match=r"main_data.hdf5: not a readable HDF5 file"):
+        read_dataset(data)
+    meta.write_text(good[: len(good) // 2])
+    with pytest.raises(DatasetError, match=r"metadata.json: not valid JSON"):
+        read_dataset(data)
+    meta.write_text(good.replace('"action_space"', '"actions_space"'))
+    with pytest.raises(DatasetError, match=r"metadata.json: no action_space"):
+        read_dataset(data)
+    meta.write_text(good.replace('\\"Box\\"', '\\"Tuple\\"', 1))
+    with pytest.raises(DatasetError, match=r"metadata.json: observation_space: unsupported space type 'Tuple'"):
+        read_dataset(data)
+
+
 def test_the_record_command_writes_a_dataset_and_refuses_a_second_source(tmp_path, capsys):
     from kilorl.cli.main import main
 
@@ -76,3 +96,14 @@ def test_the_record_command_writes_a_dataset_and_refuses_a_second_source(tmp_pat
     assert len(episodes) == 2 and meta["seed"] == 5 and episodes[1].seed == 6
     assert main(["record", "--episodes", "1", "-o", str(tmp_path / "x")]) == 2
     assert "RUN_DIR or --env" in capsys.readouterr().err
+
+
+def test_a_dataset_recorded_on_a_perturbed_env_keeps_its_constructor_arguments(tmp_path, capsys):
+    from kilorl.cli.main import main
+
+    assert main(["record", "--env", "Pendulum-v1", "--episodes", "1", "-o", str(tmp_path / "g12"),
+                 "--env-kwarg", "g=12.0"]) == 0
+    assert read_dataset(tmp_path / "g12")[1]["env_kwargs"] == {"g": 12.0}
+    assert main(["record", "--env", "Pendulum-v1", "--episodes", "1", "-o", str(tmp_path / "bad"),
+                 "--env-kwarg", "g"]) == 2
+    assert "--env-kwarg 'g': expected KEY=VALUE" in capsys.readouterr().err

@@ -1,8 +1,11 @@
 """SAC through the generic trainer and roles: it learns a one-step control task whose best
-return is known, publishes env runners the policy alone, and a run checkpointed, resumed and
-finished ends where the uninterrupted run ends."""
+return is known, publishes env runners the policy alone, a run checkpointed, resumed and
+finished ends where the uninterrupted run ends, and with no env runner at all
+(``parallelism.actor: 0``) it learns the task from a recorded dataset alone."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 
@@ -58,3 +61,29 @@ def test_a_sac_run_resumed_from_its_checkpoint_ends_with_the_uninterrupted_runs_
         assert a[part].keys() == b[part].keys()
         for k in a[part]:
             np.testing.assert_array_equal(a[part][k].numpy(), b[part][k].numpy(), err_msg=f"{part}/{k}")
+
+
+def test_with_no_actor_sac_learns_the_task_from_a_recorded_dataset_alone(ray_local, tmp_path, capsys):
+    """200 one-step episodes of uniformly random actions (mean return -8/3) are the only data;
+    no env runner is planned or started, every sampled row is recorded, the step clock runs
+    as an online run's would (640 gradient steps), and the greedy policy lands near the
+    optimum on the learner's own evaluation env."""
+    data = record(tmp_path / "random", episodes=200, seed=0, env_id=TARGET["id"], policy="random")
+    cfg = tiny_config(env=TARGET, algo=SAC, parallelism={"actor": 0, "envs_per_actor": 4},
+                      model={"hidden_sizes": [32, 32], "activation": "relu"},
+                      train={"total_env_steps": 740, "pipeline_depth": 0, "seed": 7},
+                      evaluation={"every_env_steps": 384, "episodes": 20},
+                      replay_buffer={"backend": "learner", "offline": {"path": str(data), "ratio": 1.0}})
+    result = Trainer(cfg, tmp_path / "run").fit()
+    plan = json.loads(next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("plan: "))[6:])
+    assert set(plan) == {"learner", "parameter_server"}  # no actor planned, so none started
+    rows = read_metrics(tmp_path / "run")
+    # 740 is not a whole number of 64-step updates: the last one passes it, as a last rollout does
+    assert result.env_steps == 768 and [r["env_steps"] for r in rows] == list(range(64, 769, 64))
+    assert sum(r["gradient_steps"] for r in rows) == 768 - 128
+    assert all(r["episodes"] == 0 and "collect_s" not in r for r in rows)  # nothing was collected
+    trained = [r for r in rows if r["gradient_steps"]]
+    assert all("offline_q_mean" in r and "online_q_mean" not in r for r in trained)  # every row recorded
+    assert [r["env_steps"] for r in rows if "eval_return_mean" in r] == [384, 768]
+    played = evaluate(result.checkpoint, episodes=50)
+    assert np.mean(played.returns) > -0.3, played.returns
