@@ -224,8 +224,8 @@ class RoleSession:
         from kilorl.roles.remote import LearnerProcess
 
         several = {} if policies is None else {"policies": policies}
-        if self.replay_prefix:  # several policies run on the on_policy path only: no tables there
-            several["replay_prefix"] = self.replay_prefix
+        if not self.learners_per_policy:  # several policies run on the on_policy path only: no replay tables
+            several["replay_prefix"] = self.replay_prefix or None
         return ray.remote(concurrency_groups=ROLE_CONCURRENCY)(LearnerProcess).options(**options).remote(
             self.cfg, self.store, rank, self.cfg.parallelism.learner, self.backend, state=state,
             weights_version=weights_version, **several, **self._report(replacement))

@@ -79,7 +79,8 @@ def main() -> None:
         actors = [ray.remote(num_cpus=1, max_restarts=3, max_task_retries=0)(ActorProcess).options(
             scheduling_strategy=pin[i]).remote(cfg, store, i, seed=i) for i in range(2)]
         ray.get([a.ready.remote() for a in actors])
-        loop = OnPolicyLoop(cfg, SimpleNamespace(actors=actors, learners=[learner]), 0, 0)
+        loop = OnPolicyLoop(cfg, SimpleNamespace(actors=actors, learners=[learner], learners_per_policy=False,
+                                                  rank_zeros=lambda: [learner]), 0, 0)
         head_pid = fleet.pids()[0]
         rows = []
         for it in loop:

@@ -61,7 +61,7 @@ def roles(ray_local):
     """One env runner that loses its parameters and one learner, shared by the three paths."""
     actor = ray_local.remote(num_cpus=0)(LosesParameters).remote()
     learner = ray_local.remote(num_cpus=0)(Publisher).remote()
-    yield SimpleNamespace(actors=[actor], learners=[learner])
+    yield SimpleNamespace(actors=[actor], learners=[learner], learners_per_policy=False, rank_zeros=lambda: [learner])
     ray_local.kill(actor)
     ray_local.kill(learner)
 
