@@ -57,6 +57,8 @@ def overrides(rate_mib_s: float, seed: int, roles: tuple[str, ...] = ("actor", "
     leaks = ", ".join(f"{{role: {r}, rank: 0, bytes_per_s: {int(rate_mib_s * MiB)}, start_after_s: {leak_after_s:g}}}"
                       for r in roles)
     return ["logging.progress=false", "logging.tensorboard=false", f"train.seed={seed}",
+            # the whole step budget, as the issue asks: no stop on the example's evaluation threshold
+            "evaluation.stop_return=null",
             "monitor.prometheus.enabled=true", "monitor.prometheus.port=0",
             f"monitor.memory_budget_bytes={{actor: {BUDGET}, learner: {BUDGET}}}",
             "monitor.migration.migrate_before_s=600", f"monitor.migration.max_concurrent={MAX_CONCURRENT}",
@@ -142,7 +144,8 @@ def one_run(rate: float, seed: int, root: Path, roles: tuple[str, ...], watchdog
                        for r in records]}
     res["startup_s"] = next((row.get("startup_s") for row in rows if "startup_s" in row), None)
     if code == 0:
-        ev = subprocess.run([sys.executable, "-m", "kilorl.cli.main", "eval", str(run), "--episodes", "20", "--json"],
+        ev = subprocess.run([sys.executable, "-m", "kilorl.cli.main", "eval", str(run), "--episodes", "20",
+                             "--checkpoint", "latest", "--json"],
                             capture_output=True, text=True, cwd=REPO, timeout=600)
         res["eval_mean"] = json.loads(ev.stdout.strip().splitlines()[-1])["episode_return_mean"]
     return res
@@ -161,16 +164,13 @@ def raylets(n: int, cpus: int, memory_gib: float) -> Iterator[str | None]:
     if n <= 0:
         yield None
         return
-    from ray.cluster_utils import Cluster as RayCluster
+    from kilorl.trainer.ray_start import start_local_cluster
 
     # ray.cluster_utils starts its raylets without token authentication, while `kilorl train --address`
     # presents the machine's token when one exists (kilorl/trainer/ray_auth.py): one mode for both sides
     os.environ["RAY_AUTH_MODE"] = "disabled"
-    cluster = RayCluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    cluster = start_local_cluster({"num_cpus": 0}, [{"num_cpus": cpus, "memory": int(memory_gib * 2**30)}] * n)
     try:
-        for _ in range(n):
-            cluster.add_node(num_cpus=cpus, memory=int(memory_gib * 2**30))
-        cluster.wait_for_nodes()
         yield cluster.address
     finally:
         cluster.shutdown()

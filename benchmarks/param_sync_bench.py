@@ -295,12 +295,10 @@ class Nodes:
 
 def start_raylets(ray, n: int, cpus_each: int) -> tuple[object, list[str]]:
     """A ``ray.cluster_utils.Cluster`` of ``n`` raylets; the driver's raylet first."""
-    from ray.cluster_utils import Cluster
+    from kilorl.trainer.ray_start import start_local_cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": cpus_each, "object_store_memory": 1 << 30})
-    for _ in range(n - 1):
-        cluster.add_node(num_cpus=cpus_each, object_store_memory=1 << 30)
-    cluster.wait_for_nodes()
+    cluster = start_local_cluster({"num_cpus": cpus_each, "object_store_memory": 1 << 30},
+                                  [{"num_cpus": cpus_each, "object_store_memory": 1 << 30}] * (n - 1))
     ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
     here = ray.get_runtime_context().get_node_id()
     ids = sorted((x["NodeID"] for x in ray.nodes() if x["Alive"]), key=lambda i: i != here)

@@ -94,11 +94,9 @@ def handoff(nodes: int, samples: int) -> dict[str, dict[str, float]]:
 
     cluster = None
     if nodes > 1:
-        from ray.cluster_utils import Cluster
+        from kilorl.trainer.ray_start import start_local_cluster
 
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
-        cluster.add_node(num_cpus=2)
-        cluster.wait_for_nodes()
+        cluster = start_local_cluster({"num_cpus": 2}, [{"num_cpus": 2}])
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
     else:
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)

@@ -47,13 +47,12 @@ def test_bundle_specs_pin_every_instance():
 @pytest.fixture(scope="module")
 def ray_cluster():
     ray = pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
+    from kilorl.trainer.ray_start import start_local_cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": 80 << 20})
+    cluster = start_local_cluster({"num_cpus": 0, "object_store_memory": 80 << 20},
+                                  [{"num_cpus": 2, "num_gpus": 2, "memory": 1 << 30, "object_store_memory": 80 << 20,
+                                    "resources": res} for res in ray_node_resources(topology_from_dict(TWO_NODES)).values()])
     try:
-        for _name, res in ray_node_resources(topology_from_dict(TWO_NODES)).items():
-            cluster.add_node(num_cpus=2, num_gpus=2, memory=1 << 30, object_store_memory=80 << 20, resources=res)
-        cluster.wait_for_nodes()
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
         yield ray
     finally:

@@ -12,6 +12,11 @@ from pathlib import Path
 
 TOKEN = "test-token-123"
 
+START_TIMEOUT_S = float(os.environ.get("KILORL_TEST_START_TIMEOUT_S", "180"))
+"""How long a worker process may take to start. A deadline, not a window: a started worker is
+seen at once and one that exits fails at once; only a hung start waits it out. Python's imports
+alone took over 30 s at load average 30 on the 2-core VM."""
+
 
 def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02, what: str = "condition"):
     """Polls ``predicate`` until it returns a truthy value or the deadline passes."""
@@ -35,7 +40,7 @@ class WorkerProcess:
         self.proc: subprocess.Popen | None = None
         self.port = 0
 
-    def start(self, timeout: float = 30.0) -> WorkerProcess:
+    def start(self, timeout: float = START_TIMEOUT_S) -> WorkerProcess:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         info = self.run_dir / "worker.json"
         if info.exists():

@@ -18,13 +18,13 @@ import time
 from types import SimpleNamespace
 
 import ray
-from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from kilorl.roles.remote import ActorProcess, LearnerProcess
 from kilorl.store import StoreClient
 from kilorl.store.client.store_client import HOME_CHECK_S
 from kilorl.trainer.loop import OnPolicyLoop
+from kilorl.trainer.ray_start import start_local_cluster
 from kilorl.trainer.session import parameter_store
 from kilorl.trainer.store_fleet import StoreFleet
 from tests.conftest import tiny_config
@@ -60,9 +60,8 @@ def worker_log(address: str) -> str:
 
 
 def main() -> None:
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "object_store_memory": 80 << 20})
-    cluster.add_node(num_cpus=2, object_store_memory=80 << 20)
-    cluster.wait_for_nodes()
+    cluster = start_local_cluster({"num_cpus": 2, "object_store_memory": 80 << 20},
+                                  [{"num_cpus": 2, "object_store_memory": 80 << 20}])
     ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
     fleet = None
     try:

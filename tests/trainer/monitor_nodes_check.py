@@ -15,12 +15,12 @@ import urllib.request
 from pathlib import Path
 
 import ray
-from ray.cluster_utils import Cluster as RayCluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from kilorl.monitor.settings import MonitorConfig
 from kilorl.roles.monitoring import node_label
 from kilorl.trainer.monitoring import SessionMonitor
+from kilorl.trainer.ray_start import start_local_cluster
 
 
 def _targets(run_dir: Path) -> dict[str, str]:
@@ -64,7 +64,7 @@ class ReportingRole:
 
 
 def main(run_dir: Path) -> None:
-    cluster = RayCluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": 80 << 20})
+    cluster = start_local_cluster({"num_cpus": 1, "object_store_memory": 80 << 20})
     ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
     config = MonitorConfig(prometheus={"enabled": True, "port": 0, "push_interval_s": 0.25})
     monitor = SessionMonitor(run_dir, config).start()

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 
 import ray
-from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from kilorl.roles.remote import ActorProcess, LearnerProcess
+from kilorl.trainer.ray_start import start_local_cluster
 from kilorl.trainer.session import parameter_store
 from kilorl.trainer.store_fleet import StoreFleet
 from tests.conftest import fake_rollout, tiny_config
@@ -83,9 +83,8 @@ def actors_insert_on_their_nodes(fleet: StoreFleet, store: object, nodes: list[s
 
 
 def main() -> None:
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "object_store_memory": 80 << 20})
-    cluster.add_node(num_cpus=2, object_store_memory=80 << 20)
-    cluster.wait_for_nodes()
+    cluster = start_local_cluster({"num_cpus": 2, "object_store_memory": 80 << 20},
+                                  [{"num_cpus": 2, "object_store_memory": 80 << 20}])
     ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
     fleet = None
     try:

@@ -20,10 +20,10 @@ import tempfile
 import ray
 import yaml
 from ray._private.state import actors as actor_table
-from ray.cluster_utils import Cluster as RayCluster
 
 from kilorl.trainer.cluster import Cluster
 from kilorl.trainer.loop import OnPolicyLoop
+from kilorl.trainer.ray_start import start_local_cluster
 from kilorl.trainer.role_placement import topology_node_ids
 from kilorl.trainer.session import RoleSession, StartupError
 from tests.conftest import tiny_config
@@ -64,11 +64,10 @@ def _cli_plans(cfg, address: str) -> dict[str, dict[str, list[str]]]:
 
 
 def main() -> None:
-    cluster = RayCluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": 80 << 20})
+    cluster = start_local_cluster({"num_cpus": 0, "object_store_memory": 80 << 20},
+                                  [{"num_cpus": 2, "memory": 2 << 30, "object_store_memory": 80 << 20,
+                                    "labels": {"zone": zone}} for zone in ZONES])  # no resources={...}: plain
     try:
-        for zone in ZONES:  # no resources={...}: plain raylets
-            cluster.add_node(num_cpus=2, memory=2 << 30, object_store_memory=80 << 20, labels={"zone": zone})
-        cluster.wait_for_nodes()
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
         zone_of = {n["NodeID"]: (n.get("Labels") or {}).get("zone") for n in ray.nodes() if n["Alive"]}
         # one CPU per shard: the learner's node has room for one, so the plan puts the other elsewhere

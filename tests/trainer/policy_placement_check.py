@@ -17,11 +17,11 @@ from pathlib import Path
 
 import ray
 from ray._private.state import actors as actor_table
-from ray.cluster_utils import Cluster as RayCluster
 
 from kilorl.trainer.checkpoint import write_checkpoint
 from kilorl.trainer.cluster import Cluster
 from kilorl.trainer.loop import OnPolicyLoop
+from kilorl.trainer.ray_start import start_local_cluster
 from kilorl.trainer.role_placement import ray_topology, topology_node_ids
 from kilorl.trainer.session import RoleSession, StartupError
 from tests.conftest import tiny_config
@@ -43,11 +43,10 @@ def two_policies(first_zone: str, rest_zone: str):
 
 
 def main() -> None:
-    cluster = RayCluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": 80 << 20})
+    cluster = start_local_cluster({"num_cpus": 0, "object_store_memory": 80 << 20},
+                                  [{"num_cpus": 3, "memory": 2 << 30, "object_store_memory": 80 << 20,
+                                    "labels": {"zone": zone}} for zone in ("a", "b")])
     try:
-        for zone in ("a", "b"):
-            cluster.add_node(num_cpus=3, memory=2 << 30, object_store_memory=80 << 20, labels={"zone": zone})
-        cluster.wait_for_nodes()
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
         zone_of = {n["NodeID"]: (n.get("Labels") or {}).get("zone") for n in ray.nodes() if n["Alive"]}
         cfg = two_policies("b", "a")

@@ -9,18 +9,17 @@ import ray
 from ray.cluster_utils import Cluster as RayCluster
 
 from kilorl.placement.ray_placement import NODE_RESOURCE_AMOUNT, node_resource
+from kilorl.trainer.ray_start import start_local_cluster
 
 
 @contextmanager
 def named_raylets(names: tuple[str, ...] = ("a", "b"), cpus: int = 3) -> Iterator[RayCluster]:
     """A 0-CPU head and one raylet per name (2 GiB, declaring ``kilorl_node_<name>``), with
     this process connected; Ray and the cluster are shut down on exit."""
-    cluster = RayCluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": 80 << 20})
+    cluster = start_local_cluster({"num_cpus": 0, "object_store_memory": 80 << 20},
+                                  [{"num_cpus": cpus, "memory": 2 << 30, "object_store_memory": 80 << 20,
+                                    "resources": {node_resource(name): NODE_RESOURCE_AMOUNT}} for name in names])
     try:
-        for name in names:
-            cluster.add_node(num_cpus=cpus, memory=2 << 30, object_store_memory=80 << 20,
-                             resources={node_resource(name): NODE_RESOURCE_AMOUNT})
-        cluster.wait_for_nodes()
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
         yield cluster
     finally:
