@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from kilorl.placement.requests import Demand
-from kilorl.placement.state import ABSENT, CapacityState
+from kilorl.placement.state import CapacityState
 from kilorl.placement.topology import Topology
 
 MEASURES: tuple[str, ...] = ("paper", "strand")
@@ -145,50 +145,11 @@ def host_weights(wl: Workload, topology: Topology) -> np.ndarray:
     return out
 
 
-def node_shapes(state: CapacityState) -> np.ndarray:
-    """Per node: an id shared by the nodes of one shape (GPU count, model, cores, memory)."""
-    key = np.stack([(state.gpu_free > ABSENT).sum(axis=1), state.node_model,
-                    np.array([round(nd.cpus * 1000) for nd in state.topology.nodes]),
-                    np.array([round(nd.memory_gb * 1024) for nd in state.topology.nodes])], axis=1)
-    return np.unique(key, axis=0, return_inverse=True)[1].reshape(-1)
-
-
-def whole_node_weights(wl: Workload, topology: Topology, shape: np.ndarray) -> np.ndarray | None:
-    """[shapes, types] factors on popularity: for a type of k >= 2 whole devices whose *whole-node
-    hosts* (its hosts, on the empty cluster, with exactly k devices) are fewer than ``RARE_HOSTS``
-    of its hosts, (its hosts) / (its whole-node hosts) on the shapes of those hosts; 1 elsewhere.
-    None when every factor is 1.
-
-    Why: on a whole-node host the type takes every device, so it leaves nothing for smaller pods
-    to fill and no CPU or memory short of its GPUs; on a bigger host it leaves a remainder (a
-    4-GPU pod asking 60 cores and 313 GB on an 8-GPU, 96-core, 384 GB node leaves 4 GPUs with 36
-    cores and 71 GB). ``F_n(m)`` charges breaking a node for m by m's popularity alone, as if
-    every host were alike, so when whole-node hosts are few (17 of the 627 hosts of that pod)
-    small pods break them first. Counting m per whole-node host keeps them, the way
-    ``host_weights`` keeps the hosts of a type few nodes can host; the threshold is the same and
-    the factor comes from the host counts alone. Types of one device or less are left out: every
-    GPU node keeps room for one device until its last device is broken.
-    """
-    empty = CapacityState(topology)
-    n_shapes = int(shape.max()) + 1 if len(shape) else 0
-    out = np.ones((n_shapes, len(wl.prob)))
-    model = np.clip(empty.node_model, 0, None)
-    devices = (empty.gpu_free > ABSENT).sum(axis=1)
-    for t in np.flatnonzero(wl.num_gpus > 1):
-        d = Demand(int(wl.num_gpus[t]), int(wl.gpu_milli[t]), int(wl.cpu_milli[t]), int(wl.mem_mib[t]))
-        hosts = empty.fits(d) & wl.model_mask[t][model] & (empty.node_model >= 0)
-        whole = hosts & (devices == d.num_gpus)
-        if 0 < whole.sum() < RARE_HOSTS * hosts.sum():
-            out[np.unique(shape[whole]), t] = hosts.sum() / whole.sum()
-    return None if (out == 1).all() else out
-
-
 def node_fragmentation(
     gpu_free: np.ndarray, cpu_free: np.ndarray, mem_free: np.ndarray, node_model: np.ndarray, wl: Workload,
-    measure: str = "paper", weight: np.ndarray | None = None,
+    measure: str = "paper",
 ) -> np.ndarray:
-    """``F_n(M)`` in GPU milli for each row (node) of the given arrays; ``weight`` ([rows, types]),
-    when given, multiplies each type's popularity per row (``whole_node_weights``)."""
+    """``F_n(M)`` in GPU milli for each row (node) of the given arrays."""
     free = np.maximum(gpu_free, 0).astype(np.int64)  # [R, G]
     total = free.sum(axis=1)  # [R]
     out = np.zeros(len(free))
@@ -203,8 +164,7 @@ def node_fragmentation(
         if measure == "strand":
             ok &= mem_free[:, None] >= wl.mem_mib[gpu_t][None, :]
         ok &= wl.model_mask[gpu_t][:, np.clip(node_model, 0, None)].T
-        lost = np.where(ok, stranded[:, s], total[:, None])
-        out += lost @ wl.prob[gpu_t] if weight is None else (lost * weight[:, gpu_t]) @ wl.prob[gpu_t]
+        out += np.where(ok, stranded[:, s], total[:, None]) @ wl.prob[gpu_t]
     cpu_t = ~gpu_t
     if cpu_t.any():
         if measure == "paper":

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kilorl.placement.fragmentation import Workload, host_weights, node_fragmentation, node_shapes, whole_node_weights
+from kilorl.placement.fragmentation import Workload, host_weights, node_fragmentation
 from kilorl.placement.requests import Demand
 from kilorl.placement.state import CapacityState
 
@@ -65,8 +65,7 @@ class FragScorer:
     """The target workload; with ``rare_hosts``, reweighted by ``host_weights`` on the first full refresh."""
     measure: str = "paper"
     rare_hosts: bool = False
-    """Count the popularity of types with rare hosts per eligible node (``fragmentation.host_weights``),
-    and of multi-GPU types per whole-node host where those are rare (``fragmentation.whole_node_weights``)."""
+    """Count the popularity of types with rare hosts per eligible node (``fragmentation.host_weights``)."""
     paper_devices: bool = False
     """A sharing pod's device as the FGD artifact picks it: the lowest index among the devices whose
     quantised score (``paper_score``) is the node's best, instead of the lowest ``F`` then the tightest."""
@@ -76,10 +75,6 @@ class FragScorer:
     _dirty: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     _state: CapacityState | None = None
     _base: Workload | None = None
-    _shape: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    """Per node: its shape id (``fragmentation.node_shapes``)."""
-    _shape_w: np.ndarray | None = None
-    """[shapes, types] popularity factors (``fragmentation.whole_node_weights``), None for none."""
 
     @property
     def values(self) -> np.ndarray:
@@ -87,33 +82,25 @@ class FragScorer:
         if self._state is not None and self._dirty.any():
             idx = np.flatnonzero(self._dirty)
             st = self._state
-            self._values[idx] = self.frag(st.gpu_free[idx], st.cpu_free[idx], st.mem_free[idx], idx)
+            self._values[idx] = self.frag(st.gpu_free[idx], st.cpu_free[idx], st.mem_free[idx], st.node_model[idx])
             self._dirty[idx] = False
         return self._values
 
-    def frag(self, gpu: np.ndarray, cpu: np.ndarray, mem: np.ndarray, nodes: np.ndarray) -> np.ndarray:
-        """``F`` of rows of free resources, row i on node ``nodes[i]`` (its model and shape)."""
+    def frag(self, gpu: np.ndarray, cpu: np.ndarray, mem: np.ndarray, model: np.ndarray) -> np.ndarray:
         if len(gpu) <= DEDUP_ROWS:
-            return self._frag_rows(gpu, cpu, mem, nodes)
-        first, inverse = unique_rows(np.concatenate([gpu, cpu[:, None], mem[:, None], self._shape[nodes][:, None]],
-                                                    axis=1, dtype=np.int64))
-        return self._frag_rows(gpu[first], cpu[first], mem[first], nodes[first])[inverse]
-
-    def _frag_rows(self, gpu: np.ndarray, cpu: np.ndarray, mem: np.ndarray, nodes: np.ndarray) -> np.ndarray:
-        weight = None if self._shape_w is None else self._shape_w[self._shape[nodes]]
-        return node_fragmentation(gpu, cpu, mem, self._state.node_model[nodes], self.workload, self.measure, weight)
+            return node_fragmentation(gpu, cpu, mem, model, self.workload, self.measure)
+        first, inverse = unique_rows(np.concatenate([gpu, cpu[:, None], mem[:, None], model[:, None]], axis=1))
+        f = node_fragmentation(gpu[first], cpu[first], mem[first], model[first], self.workload, self.measure)
+        return f[inverse]
 
     def refresh(self, state: CapacityState, nodes: np.ndarray | list[int] | None = None) -> None:
         """Recompute ``F_n`` of ``nodes`` (all when None) and invalidate their cached gradients."""
         if nodes is None or self._state is not state or len(self._values) != len(state.cpu_free):
-            if self._state is None or self._state.topology is not state.topology:
-                self._shape = node_shapes(state)
-                if self.rare_hosts:
-                    self._base = self._base or self.workload
-                    self.workload = self._base.reweighted(host_weights(self._base, state.topology))
-                    self._shape_w = whole_node_weights(self._base, state.topology, self._shape)
+            if self.rare_hosts and (self._state is None or self._state.topology is not state.topology):
+                self._base = self._base or self.workload
+                self.workload = self._base.reweighted(host_weights(self._base, state.topology))
             self._state = state
-            self._values = self.frag(state.gpu_free, state.cpu_free, state.mem_free, np.arange(len(state.cpu_free)))
+            self._values = self.frag(state.gpu_free, state.cpu_free, state.mem_free, state.node_model)
             self._dirty = np.zeros(len(state.cpu_free), dtype=bool)
             self.version = np.zeros(len(state.cpu_free), dtype=np.int64)
             self.shapes.clear()
@@ -141,14 +128,14 @@ class FragScorer:
         return sc.delta[idx], sc.device[idx]
 
     def _with_now(self, state: CapacityState, idx: np.ndarray, gpu: np.ndarray, cpu: np.ndarray, mem: np.ndarray,
-                  nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                  model: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``F`` of the given rows, and ``F_n`` now of ``idx``, dirty ones scored in the same call."""
         dirty = idx[self._dirty[idx]]
         if len(dirty):
             gpu = np.concatenate([gpu, state.gpu_free[dirty]])
             cpu, mem = np.concatenate([cpu, state.cpu_free[dirty]]), np.concatenate([mem, state.mem_free[dirty]])
-            nodes = np.concatenate([nodes, dirty])
-        f = self.frag(gpu, cpu, mem, nodes)
+            model = np.concatenate([model, state.node_model[dirty]])
+        f = self.frag(gpu, cpu, mem, model)
         if len(dirty):
             self._values[dirty] = f[len(f) - len(dirty):]
             self._dirty[dirty] = False
@@ -158,13 +145,13 @@ class FragScorer:
     def _after(self, state: CapacityState, d: Demand, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``F_n`` after one instance of ``d`` on each node of ``idx``, the device that gives it, ``F_n`` now."""
         free = state.gpu_free[idx]
-        cpu, mem = state.cpu_free[idx] - d.cpu_milli, state.mem_free[idx] - d.mem_mib
+        cpu, mem, model = state.cpu_free[idx] - d.cpu_milli, state.mem_free[idx] - d.mem_mib, state.node_model[idx]
         if d.num_gpus == 0 or not d.shared:
             free = free.copy()
             if d.num_gpus:
                 full = free == 1000
                 free[full & (np.cumsum(full, axis=1) <= d.num_gpus)] = 0
-            f, now = self._with_now(state, idx, free, cpu, mem, idx)
+            f, now = self._with_now(state, idx, free, cpu, mem, model)
             return f, np.full(len(idx), -1, dtype=np.int64), now
         # Shared: one candidate per distinct free share >= the ask on each node.
         width = free.shape[1]
@@ -173,7 +160,7 @@ class FragScorer:
         rows, devs = np.nonzero((free >= d.gpu_milli) & ~dup)
         cand = free[rows].copy()
         cand[np.arange(len(rows)), devs] -= d.gpu_milli
-        f, now = self._with_now(state, idx, cand, cpu[rows], mem[rows], idx[rows])
+        f, now = self._with_now(state, idx, cand, cpu[rows], mem[rows], model[rows])
         if self.paper_devices:
             order = np.lexsort((devs, -paper_score(f - now[rows]), rows))
         else:

@@ -11,13 +11,11 @@ from kilorl.placement.fragmentation import (
     host_weights,
     leftover_gpus,
     node_fragmentation,
-    node_shapes,
     ratio_stranding,
     sliver_floor,
     total_fragmentation,
-    whole_node_weights,
 )
-from kilorl.placement.policies import MEASURE, choose_node, scorer_for
+from kilorl.placement.policies import MEASURE, choose_node
 from kilorl.placement.scoring import FragScorer
 from kilorl.placement.state import Allocation, CapacityState
 
@@ -199,56 +197,6 @@ def test_rare_host_weight_makes_breaking_the_big_node_expensive():
     weighted.refresh(state)
     delta, _ = weighted.gradient(state, ONE, both)
     assert delta.tolist() == pytest.approx([-200.0, 1400.0])  # x 20
-
-
-def wide_and_one_quad(wide: int) -> CapacityState:
-    """``wide`` nodes of 8 GPUs, 128 cores, 1 TB, then one node of 4 GPUs, 96 cores, 384 GB."""
-    gpus = {"model": "T4", "memory_gb": 16}
-    return CapacityState(topology_from_dict({
-        "node_types": {"wide": {"cpus": 128, "memory_gb": 1024, "gpus": {**gpus, "count": 8}},
-                       "quad": {"cpus": 96, "memory_gb": 384, "gpus": {**gpus, "count": 4}}},
-        "node_groups": [{"type": "wide", "count": wide, "prefix": "w"}, {"type": "quad", "count": 1, "prefix": "q"}],
-    }))
-
-
-QUAD = Demand(4, 1000, 60_000, 300 * 1024)
-
-
-def test_rare_whole_node_hosts_of_a_multi_gpu_type_are_weighted():
-    # QUAD fits on all 21 nodes; it takes only the quad node whole (1 of 21, < 10%): factor 21 there.
-    state = wide_and_one_quad(20)
-    wl = Workload.of([ONE] * 99 + [QUAD], state.model_names)
-    shape = node_shapes(state)
-    w = whole_node_weights(wl, state.topology, shape)
-    quad_type = int(np.flatnonzero(wl.num_gpus == 4)[0])
-    assert w[shape[20], quad_type] == 21.0 and w[shape[0], quad_type] == 1.0
-    assert (w[:, wl.num_gpus == 1] == 1.0).all()  # one-device types are never weighted
-    # 9 wide nodes + 1 quad: 1 of 10 hosts is not fewer than 10%: no factor at all.
-    small = wide_and_one_quad(9)
-    assert whole_node_weights(Workload.of([ONE] * 99 + [QUAD], small.model_names), small.topology,
-                              node_shapes(small)) is None
-
-
-def test_binpack_topo_keeps_the_rare_whole_node_host_for_the_pod_that_fills_it(monkeypatch):
-    # Every wide node has 4 GPUs left (and 124 cores); the quad node is empty. A 1-GPU pod
-    # costs QUAD's room either way (3000 milli x p(QUAD) = 116.5); counted per node alike,
-    # the tie goes to the node with the least CPU left, the quad node, and the only node
-    # QUAD fills whole is gone. With QUAD counted per whole-node host (x 21) it breaks a wide node.
-    state = wide_and_one_quad(20)
-    for node in range(20):
-        for g in range(4):
-            state.allocate(Allocation("one", 0, node, (g,), 1000, 1000, 1024))
-    wl = Workload.of([ONE] * 99 + [QUAD], state.model_names)
-    everywhere = np.ones(21, dtype=bool)
-
-    def choice() -> int:
-        scorer = scorer_for("binpack-topo", wl)
-        scorer.refresh(state)
-        return choose_node("binpack-topo", state, ONE, everywhere, cache=scorer)[0]
-
-    assert choice() < 20
-    monkeypatch.setattr(scoring, "whole_node_weights", lambda *args: None)
-    assert choice() == 20
 
 
 def test_unique_rows_groups_equal_rows_and_only_those():
