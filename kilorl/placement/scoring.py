@@ -26,6 +26,18 @@ DEDUP_ROWS = 256
 """Above this many rows to score, identical rows (e.g. empty nodes of one model) are scored once."""
 
 
+def unique_rows(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index of one row per distinct row, each row's distinct-row number) of a 2-D integer array.
+
+    Each row is compared as one opaque byte string: ``np.unique(key, axis=0)`` sorts a structured
+    view field by field, about 6x slower on 1,213 rows of 11 columns (1.5 ms against 0.25 ms),
+    and a full rescoring pays it on every candidate batch (docs/placement.md, "Latency")."""
+    rows = np.ascontiguousarray(key)
+    as_bytes = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).reshape(-1)
+    _, first, inverse = np.unique(as_bytes, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
+
+
 def paper_score(growth: np.ndarray) -> np.ndarray:
     """The FGD artifact's node score for a growth of ``F_n`` (milli): ``int(100 * sigmoid(-growth / 1000))``.
 
@@ -77,10 +89,9 @@ class FragScorer:
     def frag(self, gpu: np.ndarray, cpu: np.ndarray, mem: np.ndarray, model: np.ndarray) -> np.ndarray:
         if len(gpu) <= DEDUP_ROWS:
             return node_fragmentation(gpu, cpu, mem, model, self.workload, self.measure)
-        key = np.concatenate([gpu, cpu[:, None], mem[:, None], model[:, None]], axis=1)
-        _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+        first, inverse = unique_rows(np.concatenate([gpu, cpu[:, None], mem[:, None], model[:, None]], axis=1))
         f = node_fragmentation(gpu[first], cpu[first], mem[first], model[first], self.workload, self.measure)
-        return f[inverse.reshape(-1)]
+        return f[inverse]
 
     def refresh(self, state: CapacityState, nodes: np.ndarray | list[int] | None = None) -> None:
         """Recompute ``F_n`` of ``nodes`` (all when None) and invalidate their cached gradients."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kilorl.placement import Demand, topology_from_dict
+from kilorl.placement import Demand, scoring, topology_from_dict
 from kilorl.placement.fragmentation import (
     Workload,
     host_weights,
@@ -197,3 +197,27 @@ def test_rare_host_weight_makes_breaking_the_big_node_expensive():
     weighted.refresh(state)
     delta, _ = weighted.gradient(state, ONE, both)
     assert delta.tolist() == pytest.approx([-200.0, 1400.0])  # x 20
+
+
+def test_unique_rows_groups_equal_rows_and_only_those():
+    rng = np.random.default_rng(0)
+    key = rng.integers(-1, 3, size=(500, 5))
+    first, inverse = scoring.unique_rows(key)
+    np.testing.assert_array_equal(key[first][inverse], key)  # every row maps to a row equal to it
+    assert len(first) == len({tuple(r) for r in key.tolist()})  # and distinct rows stay apart
+
+
+def test_scoring_many_rows_at_once_gives_each_row_its_own_fragmentation():
+    # Over DEDUP_ROWS rows the scorer scores each distinct row once: same values as row by row.
+    state = two_gpu_nodes(scoring.DEDUP_ROWS + 44)
+    rng = np.random.default_rng(1)
+    for node in range(len(state.cpu_free)):
+        if rng.random() < 0.7:
+            state.allocate(Allocation("x", 0, node, (int(rng.integers(2)),), int(rng.choice([300, 600, 1000])),
+                                      int(rng.choice([0, 1000, 3000])), 0))
+    wl = Workload.of([HALF, WHOLE, CPU_ONLY, Demand(1, 300, 1000, 1024)], state.model_names)
+    scorer = FragScorer(wl, "strand")
+    scorer.refresh(state)
+    direct = node_fragmentation(state.gpu_free, state.cpu_free, state.mem_free, state.node_model, wl, "strand")
+    np.testing.assert_allclose(scorer.values, direct)
+    assert len(np.unique(direct)) > 3
