@@ -51,6 +51,7 @@ def encode_chunk(spec: TableSpec, columns: Mapping[str, np.ndarray]) -> tuple[in
         raise InvalidRequest(f"replay table {spec.name!r}: columns {sorted(columns)} do not match the table's {names}")
     rows = None
     parts, bufs = [], []
+    raws = {}
     for c in spec.columns:
         a = np.asarray(columns[c.name])
         if a.dtype != np.dtype(c.dtype) or a.shape[1:] != c.shape:
@@ -61,12 +62,16 @@ def encode_chunk(spec: TableSpec, columns: Mapping[str, np.ndarray]) -> tuple[in
         elif a.shape[0] != rows:
             raise InvalidRequest(f"replay table {spec.name!r}, column {c.name!r}: {a.shape[0]} rows, "
                                  f"other columns have {rows}")
-        raw = np.ascontiguousarray(a)
+        raws[c.name] = np.ascontiguousarray(a)
+    stacked = {}
+    for group in spec.stack_groups():  # columns sharing frames are encoded together
+        name = spec.compression if spec.packed(spec.column(group[0])) else "none"
+        stacked.update(zip(group, codec.encode_stack_group([raws[g] for g in group], name, spec.compression_level),
+                           strict=True))
+    for c in spec.columns:
+        raw = raws[c.name]
         name = spec.compression if spec.packed(c) else "none"
-        if c.name in spec.stacked:
-            blob = codec.encode_stacks(raw, name, spec.compression_level)
-        else:
-            blob = codec.compress(raw, name, spec.compression_level)
+        blob = stacked[c.name] if c.name in stacked else codec.compress(raw, name, spec.compression_level)
         parts.append({"name": c.name, "codec": name, "nbytes": len(blob), "raw_nbytes": raw.nbytes})
         bufs.append(blob)
     return int(rows or 0), parts, bufs

@@ -5,7 +5,8 @@ Rows arrive in chunks (consecutive rows, each column encoded on its own) and tak
 goes once none of its rows is live. Raw columns (every column of an uncompressed table,
 and the narrow ones of a compressed table, ``TableSpec.packed``) live in preallocated ring
 columns: a sample is one gather per column. Packed columns keep the encoded chunks, and a
-sample decodes each chunk it touches once, outside the table's lock.
+sample decodes each chunk it touches once, outside the table's lock; frame-stack columns
+keep each frame encoded on its own, and a sample decodes only the frames its rows hold.
 
 Every row has an id (its insert position over the table's life): a priority update names
 ids, so an update for a row evicted meanwhile is recognised and skipped.
@@ -44,6 +45,8 @@ class Chunk:
     live: int
     nbytes: int
     first_id: int
+    pools: dict[str, codec.FramePool]
+    """stacked column -> its frames, parsed once (views of ``blobs``)."""
 
 
 @dataclass
@@ -77,6 +80,8 @@ class Table:
         repeated after a lost reply (the client reconnects and sends it again) is found here
         and answered without storing its rows twice."""
         self.repeated_inserts = 0
+        self.decoded_frames = 0
+        """Frames of frame-stack columns decoded by samples (each sample decodes only its rows')."""
         self.waiting = {"insert": 0, "sample": 0}
         """Calls of each side waiting for the rate limiter now."""
         self.tree = SumTree(cap) if spec.sampler == "prioritized" else None
@@ -109,28 +114,46 @@ class Table:
         if sum(p.nbytes for p in parts) != len(payload):
             raise InvalidRequest(f"{where}: payload holds {len(payload)} bytes, the columns declare "
                                  f"{sum(p.nbytes for p in parts)}")
-        decoded, blobs, off = {}, {}, 0
+        decoded, blobs, off, payloads = {}, {}, 0, {}
         for p in parts:
             col = spec.column(p.name)
-            blob = payload[off:off + p.nbytes]
+            blob = payloads[p.name] = payload[off:off + p.nbytes]
             off += p.nbytes
             if p.codec not in ("none", "zstd", "lz4"):
                 raise InvalidRequest(f"{where}, column {p.name!r}: unknown codec {p.codec!r}")
             if p.raw_nbytes != rows * col.row_nbytes:
                 raise InvalidRequest(f"{where}, column {p.name!r}: {p.raw_nbytes} bytes for {rows} rows, the schema "
                                      f"({col.dtype} {list(col.shape)}) needs {rows * col.row_nbytes}")
-            stacked = p.name in spec.stacked
+            if p.name in spec.stacked:
+                blobs[p.name] = (p.codec, bytes(blob))
+                continue
             try:
-                if stacked:
-                    decoded[p.name] = codec.decode_stacks(blob, p.codec, rows, col.shape[0], col.shape[1:], col.dtype)
-                else:
-                    raw = codec.decompress(blob, p.codec, p.raw_nbytes)
-                    decoded[p.name] = np.frombuffer(raw, col.dtype).reshape(rows, *col.shape)
+                raw = codec.decompress(blob, p.codec, p.raw_nbytes)
             except (ValueError, InvalidRequest) as exc:
                 raise InvalidRequest(f"{where}, column {p.name!r}: corrupt {p.codec} data ({exc})") from None
+            decoded[p.name] = np.frombuffer(raw, col.dtype).reshape(rows, *col.shape)
             if spec.packed(col):
-                blobs[p.name] = (p.codec, bytes(blob) if p.codec != "none" or stacked else bytes(raw))
-        return Decoded(key, rows, decoded, blobs)
+                blobs[p.name] = (p.codec, bytes(blob) if p.codec != "none" else bytes(raw))
+        return Decoded(key, rows, decoded, blobs, self._frame_pools(where, rows, blobs))
+
+    def _frame_pools(self, where: str, rows: int, blobs: dict[str, tuple[str, bytes]]) -> dict[str, codec.FramePool]:
+        """The stacked columns' frame pools of an arriving chunk, every frame decoded once
+        as a check (a corrupt chunk is refused, never sampled); errors name the column."""
+        pools: dict[str, codec.FramePool] = {}
+        for group in self.spec.stack_groups():
+            owner = None
+            for name in group:
+                col = self.spec.column(name)
+                try:
+                    pools[name] = codec.FramePool(blobs[name][1], blobs[name][0], rows, col.shape[0], col.shape[1:],
+                                                  col.dtype, owner)
+                    if owner is None:
+                        owner = pools[name]
+                        owner.decode_all()
+                except ValueError as exc:
+                    raise InvalidRequest(f"{where}, column {name!r}: corrupt {blobs[name][0]} frame data "
+                                         f"({exc})") from None
+        return pools
 
     def insert(self, chunks: list[Decoded], priorities: np.ndarray | None, timeout: float | None) -> int:
         """Stores decoded chunks (consecutive rows, in order) once the rate limiter admits
@@ -206,12 +229,13 @@ class Table:
                 if self.compressed:
                     cid = int(self.slot_chunk[cursor % self.spec.capacity])
                     ch = self.chunks[cid]
-                    first, rows, key, blobs = ch.first_id, ch.rows, ch.key, ch.blobs
+                    first, rows, key, blobs, pools = ch.first_id, ch.rows, ch.key, ch.blobs, ch.pools
                 else:
-                    first, rows, key, blobs = cursor, min(self.spec.chunk_length, end - cursor), f"snapshot/{cursor}", {}
+                    first, rows, key = cursor, min(self.spec.chunk_length, end - cursor), f"snapshot/{cursor}"
+                    blobs, pools = {}, {}
                 slots = (first + np.arange(rows, dtype=np.int64)) % self.spec.capacity
                 cols = {name: ring[slots] for name, ring in self.ring.items()}
-                out.append((first, Decoded(key, rows, cols, blobs)))
+                out.append((first, Decoded(key, rows, cols, blobs, pools)))
                 cursor = first + rows
             return out, cursor
 
@@ -228,7 +252,7 @@ class Table:
             cid = self.next_chunk
             self.next_chunk += 1
             nbytes = sum(len(b) for _, b in c.blobs.values())
-            self.chunks[cid] = Chunk(c.key, c.rows, c.blobs, c.rows, nbytes, self.next_id)
+            self.chunks[cid] = Chunk(c.key, c.rows, c.blobs, c.rows, nbytes, self.next_id, c.pools)
             self.stored_bytes += nbytes
             self.slot_chunk[slots] = cid
             self.slot_offset[slots] = np.arange(c.rows)
@@ -287,23 +311,51 @@ class Table:
 
     def _gather(self, chunks: list[Chunk], inverse: np.ndarray, offsets: np.ndarray) -> dict[str, np.ndarray]:
         """The sampled rows of the packed columns: each touched chunk decoded once, and only its
-        sampled rows copied out (a frame-stack column stacks only those rows' frames)."""
+        sampled rows copied out; frame-stack columns decode only the distinct frames of the
+        sampled rows (``_gather_stacks``)."""
         order = np.argsort(inverse, kind="stable")  # sample positions grouped by chunk
         bounds = np.searchsorted(inverse[order], np.arange(len(chunks) + 1))
         out = {}
+        for group in self.spec.stack_groups():
+            out.update(self._gather_stacks(group, chunks, order, bounds, offsets))
         for col in self.packed:
+            if col.name in out:
+                continue
             dest = np.empty((len(inverse), *col.shape), col.dtype)
             for j, ch in enumerate(chunks):
                 pos = order[bounds[j]:bounds[j + 1]]
                 name, blob = ch.blobs[col.name]
-                if col.name in self.spec.stacked:  # the chunk's distinct frames, stacked again
-                    frames, index = codec.decode_frames(blob, name, ch.rows, col.shape[0], col.shape[1:], col.dtype)
-                    dest[pos] = frames[index[offsets[pos]]]
-                else:
-                    raw = codec.decompress(blob, name, ch.rows * col.row_nbytes)
-                    dest[pos] = np.frombuffer(raw, col.dtype).reshape(ch.rows, *col.shape)[offsets[pos]]
+                raw = codec.decompress(blob, name, ch.rows * col.row_nbytes)
+                dest[pos] = np.frombuffer(raw, col.dtype).reshape(ch.rows, *col.shape)[offsets[pos]]
             out[col.name] = dest
         return out
+
+    def _gather_stacks(self, group: tuple[str, ...], chunks: list[Chunk], order: np.ndarray, bounds: np.ndarray,
+                       offsets: np.ndarray) -> dict[str, np.ndarray]:
+        """A group of frame-stack columns' sampled rows (they share each chunk's frames): the
+        frames the rows name, numbered across the touched chunks, each decoded once (obs and
+        next_obs, and rows of one chunk, share frames), then stacked."""
+        cols = [self.spec.column(name) for name in group]
+        owners = [ch.pools[group[0]].owner for ch in chunks]
+        base = np.zeros(len(chunks) + 1, np.int64)
+        base[1:] = np.cumsum([p.frames for p in owners])
+        widths = np.cumsum([0] + [c.shape[0] for c in cols])
+        refs = np.empty((len(offsets), int(widths[-1])), np.int64)
+        for j, ch in enumerate(chunks):
+            pos = order[bounds[j]:bounds[j + 1]]
+            for name, lo, hi in zip(group, widths[:-1], widths[1:], strict=True):
+                refs[pos, lo:hi] = ch.pools[name].index[offsets[pos]] + base[j]
+        uniq, inv = np.unique(refs, return_inverse=True)
+        inv = inv.reshape(refs.shape)
+        owner = np.searchsorted(base, uniq, side="right") - 1
+        frames = np.empty((len(uniq), *cols[0].shape[1:]), cols[0].dtype)
+        cuts = np.flatnonzero(np.diff(owner)) + 1  # uniq is sorted: each chunk's frames are one run
+        for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(uniq)].tolist(), strict=True):
+            j = int(owner[lo])
+            owners[j].decode((uniq[lo:hi] - base[j]).tolist(), frames[lo:hi])
+        with self.cond:
+            self.decoded_frames += len(uniq)
+        return {name: frames[inv[:, lo:hi]] for name, lo, hi in zip(group, widths[:-1], widths[1:], strict=True)}
 
     def update_priorities(self, ids: np.ndarray, priorities: np.ndarray) -> int:
         """Sets the priorities of rows still held; returns how many were (evicted ones skipped)."""
@@ -361,6 +413,7 @@ class Table:
                     "repeated_inserts": self.repeated_inserts, "waiting_inserts": self.waiting["insert"],
                     "waiting_samples": self.waiting["sample"],
                     "sampled_rows": self.limiter.sampled, "sample_calls": self.sample_calls,
+                    "decoded_frames": self.decoded_frames,
                     "stored_bytes": stored, "raw_bytes": raw,
                     "compression_ratio": (raw / stored) if stored else 1.0,
                     "chunks": len(self.chunks) if self.compressed else None,
