@@ -25,6 +25,7 @@ import numpy as np
 from kilorl.store.errors import InvalidRequest, KeyNotFound, StoreTimeout
 from kilorl.store.replay import codec
 from kilorl.store.replay.chunks import ChunkLog, ColumnPart, Decoded
+from kilorl.store.replay.gather import Chunk, gather
 from kilorl.store.replay.limiter import RateLimiter
 from kilorl.store.replay.spec import TableSpec
 from kilorl.store.replay.sumtree import SumTree
@@ -32,21 +33,6 @@ from kilorl.store.replay.sumtree import SumTree
 RECENT_INSERTS = 4096
 """Inserts a table remembers by key to recognise a repeated one (a client repeats only its
 last request after a reconnect, so a few per client are plenty)."""
-
-
-@dataclass
-class Chunk:
-    """An encoded chunk kept by a compressed table."""
-
-    key: str
-    rows: int
-    blobs: dict[str, tuple[str, bytes]]
-    """column -> (codec, encoded bytes)."""
-    live: int
-    nbytes: int
-    first_id: int
-    pools: dict[str, codec.FramePool]
-    """stacked column -> its frames, parsed once (views of ``blobs``)."""
 
 
 @dataclass
@@ -306,56 +292,12 @@ class Table:
                 chunks = [self.chunks[c] for c in uniq.tolist()]
             self.cond.notify_all()
         if self.compressed:  # decode outside the lock: inserts and other samples go on
-            columns.update(self._gather(chunks, inverse, offsets))
+            packed, decoded = gather(self.spec, self.packed, chunks, inverse, offsets)
+            columns.update(packed)
+            if decoded:
+                with self.cond:
+                    self.decoded_frames += decoded
         return Sample(columns, ids, probs, size, total)
-
-    def _gather(self, chunks: list[Chunk], inverse: np.ndarray, offsets: np.ndarray) -> dict[str, np.ndarray]:
-        """The sampled rows of the packed columns: each touched chunk decoded once, and only its
-        sampled rows copied out; frame-stack columns decode only the distinct frames of the
-        sampled rows (``_gather_stacks``)."""
-        order = np.argsort(inverse, kind="stable")  # sample positions grouped by chunk
-        bounds = np.searchsorted(inverse[order], np.arange(len(chunks) + 1))
-        out = {}
-        for group in self.spec.stack_groups():
-            out.update(self._gather_stacks(group, chunks, order, bounds, offsets))
-        for col in self.packed:
-            if col.name in out:
-                continue
-            dest = np.empty((len(inverse), *col.shape), col.dtype)
-            for j, ch in enumerate(chunks):
-                pos = order[bounds[j]:bounds[j + 1]]
-                name, blob = ch.blobs[col.name]
-                raw = codec.decompress(blob, name, ch.rows * col.row_nbytes)
-                dest[pos] = np.frombuffer(raw, col.dtype).reshape(ch.rows, *col.shape)[offsets[pos]]
-            out[col.name] = dest
-        return out
-
-    def _gather_stacks(self, group: tuple[str, ...], chunks: list[Chunk], order: np.ndarray, bounds: np.ndarray,
-                       offsets: np.ndarray) -> dict[str, np.ndarray]:
-        """A group of frame-stack columns' sampled rows (they share each chunk's frames): the
-        frames the rows name, numbered across the touched chunks, each decoded once (obs and
-        next_obs, and rows of one chunk, share frames), then stacked."""
-        cols = [self.spec.column(name) for name in group]
-        owners = [ch.pools[group[0]].owner for ch in chunks]
-        base = np.zeros(len(chunks) + 1, np.int64)
-        base[1:] = np.cumsum([p.frames for p in owners])
-        widths = np.cumsum([0] + [c.shape[0] for c in cols])
-        refs = np.empty((len(offsets), int(widths[-1])), np.int64)
-        for j, ch in enumerate(chunks):
-            pos = order[bounds[j]:bounds[j + 1]]
-            for name, lo, hi in zip(group, widths[:-1], widths[1:], strict=True):
-                refs[pos, lo:hi] = ch.pools[name].index[offsets[pos]] + base[j]
-        uniq, inv = np.unique(refs, return_inverse=True)
-        inv = inv.reshape(refs.shape)
-        owner = np.searchsorted(base, uniq, side="right") - 1
-        frames = np.empty((len(uniq), *cols[0].shape[1:]), cols[0].dtype)
-        cuts = np.flatnonzero(np.diff(owner)) + 1  # uniq is sorted: each chunk's frames are one run
-        for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(uniq)].tolist(), strict=True):
-            j = int(owner[lo])
-            owners[j].decode((uniq[lo:hi] - base[j]).tolist(), frames[lo:hi])
-        with self.cond:
-            self.decoded_frames += len(uniq)
-        return {name: frames[inv[:, lo:hi]] for name, lo, hi in zip(group, widths[:-1], widths[1:], strict=True)}
 
     def update_priorities(self, ids: np.ndarray, priorities: np.ndarray) -> int:
         """Sets the priorities of rows still held; returns how many were (evicted ones skipped)."""
