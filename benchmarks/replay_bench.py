@@ -218,7 +218,8 @@ def bench_torchrl(storage_kind: str, kind: str, make_chunk: Any, args: Any, samp
 
     ins = timed_fill(lambda c: rb.extend(c), lambda n: td(make_chunk(n)), args.rows, args.chunk,
                      getattr(args, "pool", 8))
-    out = timed_samples(lambda: rb.sample(), args.batch, args.samples)
+    out = with_cpu([], lambda: timed_samples(lambda: rb.sample(), args.batch, args.samples))
+    out["rows_per_cpu_s"] = (args.samples + 1) * args.batch / max(out["client_cpu_s"], 1e-9)
     if sampler == "prioritized":
         def sample_and_update() -> None:
             s = rb.sample()
@@ -293,12 +294,17 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"\nmachine: {platform.node()} {os.cpu_count()} CPUs, load {os.getloadavg()}")
     print("| rows | impl | sampler | codec | inserts/s | sampled rows/s | p50 ms | p99 ms "
-          "| with priority update: rows/s | sampled rows per worker CPU s (per worker + client CPU s) "
+          "| with priority update: rows/s | sampled rows per worker CPU s (per worker + client CPU s; "
+          "torchrl: per CPU s of its process) "
           "| bytes/row (raw) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         upd = f"{r['with_update']['samples_per_s']:,.0f}" if "with_update" in r else ""
-        cpu = (f"{r['rows_per_worker_cpu_s']:,.0f} ({r['rows_per_cpu_s']:,.0f})" if "rows_per_cpu_s" in r else "")
+        cpu = ""  # below half a CPU second the clock ticks (10 ms) make the rate meaningless
+        if r.get("worker_cpu_s", 0) >= 0.5:
+            cpu = f"{r['rows_per_worker_cpu_s']:,.0f} ({r['rows_per_cpu_s']:,.0f})"
+        elif "rows_per_worker_cpu_s" not in r and r.get("client_cpu_s", 0) >= 0.5:
+            cpu = f"– ({r['rows_per_cpu_s']:,.0f})"
         print(f"| {r['rows']} | {r['impl']} | {r['sampler']} | {r['compression']} | {r['inserts_per_s']:,.0f} | "
               f"{r['samples_per_s']:,.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {upd} | {cpu} | "
               f"{r['bytes_per_transition']:.1f} ({r['raw_bytes_per_transition']:.0f}) |")

@@ -125,3 +125,36 @@ def test_obs_and_next_obs_share_one_pool_of_frames_and_a_pool_decodes_only_the_f
         bad[-1] = pool.frames  # an index past the pool
         with pytest.raises(ValueError, match="past the 14 frames"):
             FramePool(bad.tobytes(), name, rows, k, (6, 5), np.uint8, owner=pool)
+
+
+def test_a_table_samples_stacks_or_their_frames_and_both_are_the_inserted_rows():
+    """``Table.sample(frames=True)`` (what a worker sends) leaves each distinct frame once with
+    the rows' indices into them; stacked, they are the rows ``frames=False`` gives, which
+    are the inserted ones."""
+    from kilorl.store.client.replay import encode_chunk
+    from kilorl.store.replay.chunks import ColumnPart
+    from kilorl.store.replay.table import Table
+
+    k, rows = 3, 40
+    rng = np.random.default_rng(4)
+    frames = rng.integers(0, 255, (rows + k, 5, 4), dtype=np.uint8)
+    obs = np.stack([frames[t:t + k] for t in range(rows)])
+    nxt = np.stack([frames[t + 1:t + 1 + k] for t in range(rows)])
+    spec = make_spec("s", {"obs": ((k, 5, 4), np.uint8), "next_obs": ((k, 5, 4), np.uint8), "a": ((), np.int64)},
+                     rows, compression="zstd", chunk_length=8, stacked=("obs", "next_obs"))
+    table = Table(spec)
+    for lo in range(0, rows, 8):
+        n, parts, bufs = encode_chunk(spec, {"obs": obs[lo:lo + 8], "next_obs": nxt[lo:lo + 8],
+                                             "a": np.arange(lo, lo + 8)})
+        payload = memoryview(b"".join(bytes(b) for b in bufs))
+        table.insert([table.decode_chunk(f"c{lo}", n, [ColumnPart(**p) for p in parts], payload)], None, None)
+    stacked = table.sample(64, None)
+    assert stacked.frame_samples == []
+    assert np.array_equal(stacked.columns["obs"], obs[stacked.ids])
+    assert np.array_equal(stacked.columns["next_obs"], nxt[stacked.ids])
+    pooled = table.sample(64, None, frames=True)
+    assert "obs" not in pooled.columns and np.array_equal(pooled.columns["a"], pooled.ids)
+    (fs,) = pooled.frame_samples
+    assert len(fs.frames) <= 64 * (k + 1)  # a row's obs and next_obs share k - 1 frames
+    assert np.array_equal(fs.frames[fs.index["obs"]], obs[pooled.ids])
+    assert np.array_equal(fs.frames[fs.index["next_obs"]], nxt[pooled.ids])

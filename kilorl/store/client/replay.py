@@ -167,14 +167,30 @@ class ReplayTables:
 
 
 def decode_sample(spec: TableSpec, resp: dict[str, Any], payload: memoryview | None) -> SampleBatch:
-    """Views the reply's buffers as arrays (ids, probabilities, then every column)."""
+    """Views the reply's buffers as arrays (ids, probabilities, then every column); a
+    frame-stack column arrives as ``[B, k]`` frame indices into its group's distinct frames
+    (after the columns, ``resp["pools"]``) and is stacked here, one copy."""
     n = int(resp["rows"])
     buf = payload if payload is not None else memoryview(b"")
     ids = np.frombuffer(buf, np.int64, n, 0)
     probs = np.frombuffer(buf, np.float64, n, 8 * n)
+    pools = resp.get("pools") or []
+    pooled = {name for p in pools for name in p["columns"]}
     off, cols = 16 * n, {}
     for c in spec.columns:
-        nbytes = n * c.row_nbytes
-        cols[c.name] = np.frombuffer(buf[off:off + nbytes], c.dtype).reshape(n, *c.shape)
+        if c.name in pooled:
+            nbytes = n * c.shape[0] * 4
+            cols[c.name] = np.frombuffer(buf[off:off + nbytes], np.int32).reshape(n, c.shape[0])
+        else:
+            nbytes = n * c.row_nbytes
+            cols[c.name] = np.frombuffer(buf[off:off + nbytes], c.dtype).reshape(n, *c.shape)
         off += nbytes
+    for p in pools:
+        first = spec.column(p["columns"][0])
+        frame_nbytes = first.row_nbytes // first.shape[0]
+        nbytes = int(p["frames"]) * frame_nbytes
+        frames = np.frombuffer(buf[off:off + nbytes], first.dtype).reshape(int(p["frames"]), *first.shape[1:])
+        off += nbytes
+        for name in p["columns"]:
+            cols[name] = frames[cols[name]]
     return SampleBatch(cols, ids, probs, int(resp["size"]), total=resp.get("total"))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ import numpy as np
 from kilorl.store.errors import InvalidRequest, KeyNotFound, StoreTimeout
 from kilorl.store.replay import codec
 from kilorl.store.replay.chunks import ChunkLog, ColumnPart, Decoded
-from kilorl.store.replay.gather import Chunk, gather
+from kilorl.store.replay.gather import Chunk, FrameSample, gather
 from kilorl.store.replay.limiter import RateLimiter
 from kilorl.store.replay.spec import TableSpec
 from kilorl.store.replay.sumtree import SumTree
@@ -38,11 +38,14 @@ last request after a reconnect, so a few per client are plenty)."""
 @dataclass
 class Sample:
     columns: dict[str, np.ndarray]
+    """Every column's sampled rows; with ``frames=True`` all but the frame-stack columns."""
     ids: np.ndarray
     probabilities: np.ndarray
     size: int
     total: float | None
     """The priority mass the sample was drawn from (prioritized), else None."""
+    frame_samples: list[FrameSample] = field(default_factory=list)
+    """With ``frames=True``: each stack group's sampled frames and indices."""
 
 
 class Table:
@@ -263,8 +266,10 @@ class Table:
                 self.stored_bytes -= chunk.nbytes
 
     # ---- sampling -----------------------------------------------------------------------
-    def sample(self, batch: int, timeout: float | None) -> Sample:
-        """``batch`` rows drawn with replacement once the rate limiter admits the call."""
+    def sample(self, batch: int, timeout: float | None, frames: bool = False) -> Sample:
+        """``batch`` rows drawn with replacement once the rate limiter admits the call.
+        ``frames``: the frame-stack columns left as each distinct frame once and indices
+        (``Sample.frame_samples``, what a worker sends), not stacked here."""
         if not isinstance(batch, int) or batch < 1:
             raise InvalidRequest(f"batch_size: must be a positive integer, got {batch!r}")
         with self.cond:
@@ -291,13 +296,18 @@ class Table:
                 uniq, inverse = np.unique(cids, return_inverse=True)
                 chunks = [self.chunks[c] for c in uniq.tolist()]
             self.cond.notify_all()
+        pools: list[FrameSample] = []
         if self.compressed:  # decode outside the lock: inserts and other samples go on
-            packed, decoded = gather(self.spec, self.packed, chunks, inverse, offsets)
+            packed, pools = gather(self.spec, self.packed, chunks, inverse, offsets)
             columns.update(packed)
-            if decoded:
+            if pools:
                 with self.cond:
-                    self.decoded_frames += decoded
-        return Sample(columns, ids, probs, size, total)
+                    self.decoded_frames += sum(len(p.frames) for p in pools)
+            if not frames:
+                for p in pools:
+                    columns.update(p.stacks())
+                pools = []
+        return Sample(columns, ids, probs, size, total, pools)
 
     def update_priorities(self, ids: np.ndarray, priorities: np.ndarray) -> int:
         """Sets the priorities of rows still held; returns how many were (evicted ones skipped)."""
