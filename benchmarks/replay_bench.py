@@ -127,6 +127,27 @@ def start_worker(base: Path, token: str) -> tuple[subprocess.Popen, str]:
     return proc, f"127.0.0.1:{json.loads((run / 'worker.json').read_text())['port']}"
 
 
+WORKER_PIDS: dict[str, int] = {}
+"""address -> pid of the benchmark's store workers (their CPU seconds are read from /proc)."""
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process, all its threads (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def with_cpu(addresses: list[str], run: Any) -> dict[str, Any]:
+    """``run()``'s result with the CPU seconds the workers and this process (the client) spent
+    in it: rates per CPU second do not depend on how much of the machine others take."""
+    pids = [WORKER_PIDS[a] for a in addresses if a in WORKER_PIDS]
+    w0, c0 = sum(cpu_seconds(p) for p in pids), time.process_time()
+    out = run()
+    out["worker_cpu_s"] = sum(cpu_seconds(p) for p in pids) - w0
+    out["client_cpu_s"] = time.process_time() - c0
+    return out
+
+
 def timed_fill(insert: Any, make_chunk: Any, rows: int, chunk: int, pool_size: int = 8) -> float:
     """Rows inserted per second (chunks made before the clock starts, a pool reused)."""
     pool = [make_chunk(chunk) for _ in range(pool_size)]
@@ -159,7 +180,10 @@ def bench_kilorl(addresses: list[str], token: str, kind: str, schema: dict, make
     table = ShardedTable([c.replay_tables for c in clients], spec, seed=1)
     try:
         ins = timed_fill(lambda c: table.insert(c), make_chunk, args.rows, args.chunk, getattr(args, "pool", 8))
-        out = timed_samples(lambda: table.sample(args.batch), args.batch, args.samples)
+        out = with_cpu(addresses, lambda: timed_samples(lambda: table.sample(args.batch), args.batch, args.samples))
+        rows = (args.samples + 1) * args.batch  # with the warm-up sample
+        out["rows_per_worker_cpu_s"] = rows / max(out["worker_cpu_s"], 1e-9)
+        out["rows_per_cpu_s"] = rows / max(out["worker_cpu_s"] + out["client_cpu_s"], 1e-9)
         if sampler == "prioritized":  # the learner's round trip: sample, then new priorities
             def sample_and_update() -> None:
                 s = table.sample(args.batch)
@@ -194,7 +218,8 @@ def bench_torchrl(storage_kind: str, kind: str, make_chunk: Any, args: Any, samp
 
     ins = timed_fill(lambda c: rb.extend(c), lambda n: td(make_chunk(n)), args.rows, args.chunk,
                      getattr(args, "pool", 8))
-    out = timed_samples(lambda: rb.sample(), args.batch, args.samples)
+    out = with_cpu([], lambda: timed_samples(lambda: rb.sample(), args.batch, args.samples))
+    out["rows_per_cpu_s"] = (args.samples + 1) * args.batch / max(out["client_cpu_s"], 1e-9)
     if sampler == "prioritized":
         def sample_and_update() -> None:
             s = rb.sample()
@@ -231,6 +256,7 @@ def main() -> None:
             p, a = start_worker(tmp, token)
             procs.append(p)
             addrs.append(a)
+            WORKER_PIDS[a] = p.pid
         rng = np.random.default_rng(0)
         cases = [("cartpole", CARTPOLE, lambda n: cartpole_chunk(rng, n), args, ("none", "zstd"))]
         if args.frames:
@@ -268,12 +294,19 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"\nmachine: {platform.node()} {os.cpu_count()} CPUs, load {os.getloadavg()}")
     print("| rows | impl | sampler | codec | inserts/s | sampled rows/s | p50 ms | p99 ms "
-          "| with priority update: rows/s | bytes/row (raw) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| with priority update: rows/s | sampled rows per worker CPU s (per worker + client CPU s; "
+          "torchrl: per CPU s of its process) "
+          "| bytes/row (raw) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         upd = f"{r['with_update']['samples_per_s']:,.0f}" if "with_update" in r else ""
+        cpu = ""  # below half a CPU second the clock ticks (10 ms) make the rate meaningless
+        if r.get("worker_cpu_s", 0) >= 0.5:
+            cpu = f"{r['rows_per_worker_cpu_s']:,.0f} ({r['rows_per_cpu_s']:,.0f})"
+        elif "rows_per_worker_cpu_s" not in r and r.get("client_cpu_s", 0) >= 0.5:
+            cpu = f"– ({r['rows_per_cpu_s']:,.0f})"
         print(f"| {r['rows']} | {r['impl']} | {r['sampler']} | {r['compression']} | {r['inserts_per_s']:,.0f} | "
-              f"{r['samples_per_s']:,.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {upd} | "
+              f"{r['samples_per_s']:,.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {upd} | {cpu} | "
               f"{r['bytes_per_transition']:.1f} ({r['raw_bytes_per_transition']:.0f}) |")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

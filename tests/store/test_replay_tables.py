@@ -316,12 +316,14 @@ def test_an_insert_repeated_after_a_reconnect_stores_its_rows_once(shared_worker
 @pytest.mark.parametrize("compression", ["none", "zstd"])
 def test_frame_stacks_are_stored_as_single_frames_and_rebuilt_bit_exact(shared_client, compression):
     """Rows are stacks of the last 4 frames (an episode's first stack repeats its first frame,
-    as Gymnasium's FrameStackObservation pads); each env's steps are consecutive rows. The
-    table keeps each distinct frame of a chunk once, and every sampled stack is the inserted
-    one, byte for byte, across episode, env and chunk boundaries."""
+    as Gymnasium's FrameStackObservation pads) and next_obs is the stack a step on (at an
+    episode's end, with a frame obs never holds); each env's steps are consecutive rows. The
+    table keeps each distinct frame of a chunk once, for both columns, and every sampled stack
+    is the inserted one, byte for byte, across episode, env and chunk boundaries. A sample
+    decodes only its rows' frames: one row, at most 5 (obs and next_obs share 3)."""
     k, T, envs = 4, 40, 3
     rng = np.random.default_rng(11)
-    stacks = []
+    stacks, nexts = [], []
     for _ in range(envs):
         frames = rng.integers(0, 255, (T, 84, 84), dtype=np.uint8)
         starts = np.r_[0, np.flatnonzero(rng.random(T - 1) < 0.1) + 1]
@@ -329,17 +331,30 @@ def test_frame_stacks_are_stored_as_single_frames_and_rebuilt_bit_exact(shared_c
         for t in range(T):
             back = np.maximum(np.arange(t - k + 1, t + 1), episode_start[t])
             stacks.append(frames[back])
-    stacks = np.stack(stacks)
+            if t + 1 < T and episode_start[t + 1] == episode_start[t]:
+                nexts.append(frames[np.maximum(np.arange(t - k + 2, t + 2), episode_start[t])])
+            else:  # the episode's last step: next_obs ends with its final frame
+                nexts.append(np.concatenate([frames[back[1:]], rng.integers(0, 255, (1, 84, 84), dtype=np.uint8)]))
+    stacks, nexts = np.stack(stacks), np.stack(nexts)
     name = f"stk-{compression}"
-    spec = make_spec(name, {"obs": ((k, 84, 84), np.uint8), "action": ((), np.int64)}, 1000,
-                     compression=compression, chunk_length=16, stacked=("obs",))
+    spec = make_spec(name, {"obs": ((k, 84, 84), np.uint8), "action": ((), np.int64),
+                            "next_obs": ((k, 84, 84), np.uint8)}, 1000,
+                     compression=compression, chunk_length=16, stacked=("obs", "next_obs"))
     t = shared_client.replay_tables
     t.create(spec)
-    t.insert(name, {"obs": stacks, "action": np.arange(len(stacks))})
+    t.insert(name, {"obs": stacks, "action": np.arange(len(stacks)), "next_obs": nexts})
     info = t.info(name)
-    assert info["rows"] == envs * T and info["compression_ratio"] > 2.5, info  # ~1 frame per row, not 4
+    assert info["rows"] == envs * T and info["compression_ratio"] > 5, info  # ~1 frame per row, not 8
     s = t.sample(name, 2000)
-    assert s.columns["obs"].shape == (2000, k, 84, 84)
+    assert s.columns["obs"].shape == s.columns["next_obs"].shape == (2000, k, 84, 84)
     assert np.array_equal(s.columns["action"], s.ids)
     for i, rid in enumerate(s.ids.tolist()):
         assert s.columns["obs"][i].tobytes() == stacks[rid].tobytes()
+        assert s.columns["next_obs"][i].tobytes() == nexts[rid].tobytes()
+    for _ in range(20):
+        before = t.info(name)["decoded_frames"]
+        one = t.sample(name, 1)
+        assert t.info(name)["decoded_frames"] - before <= k + 1
+        rid = int(one.ids[0])
+        assert one.columns["obs"][0].tobytes() == stacks[rid].tobytes()
+        assert one.columns["next_obs"][0].tobytes() == nexts[rid].tobytes()

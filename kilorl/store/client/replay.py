@@ -51,6 +51,7 @@ def encode_chunk(spec: TableSpec, columns: Mapping[str, np.ndarray]) -> tuple[in
         raise InvalidRequest(f"replay table {spec.name!r}: columns {sorted(columns)} do not match the table's {names}")
     rows = None
     parts, bufs = [], []
+    raws = {}
     for c in spec.columns:
         a = np.asarray(columns[c.name])
         if a.dtype != np.dtype(c.dtype) or a.shape[1:] != c.shape:
@@ -61,12 +62,16 @@ def encode_chunk(spec: TableSpec, columns: Mapping[str, np.ndarray]) -> tuple[in
         elif a.shape[0] != rows:
             raise InvalidRequest(f"replay table {spec.name!r}, column {c.name!r}: {a.shape[0]} rows, "
                                  f"other columns have {rows}")
-        raw = np.ascontiguousarray(a)
+        raws[c.name] = np.ascontiguousarray(a)
+    stacked = {}
+    for group in spec.stack_groups():  # columns sharing frames are encoded together
+        name = spec.compression if spec.packed(spec.column(group[0])) else "none"
+        stacked.update(zip(group, codec.encode_stack_group([raws[g] for g in group], name, spec.compression_level),
+                           strict=True))
+    for c in spec.columns:
+        raw = raws[c.name]
         name = spec.compression if spec.packed(c) else "none"
-        if c.name in spec.stacked:
-            blob = codec.encode_stacks(raw, name, spec.compression_level)
-        else:
-            blob = codec.compress(raw, name, spec.compression_level)
+        blob = stacked[c.name] if c.name in stacked else codec.compress(raw, name, spec.compression_level)
         parts.append({"name": c.name, "codec": name, "nbytes": len(blob), "raw_nbytes": raw.nbytes})
         bufs.append(blob)
     return int(rows or 0), parts, bufs
@@ -162,14 +167,30 @@ class ReplayTables:
 
 
 def decode_sample(spec: TableSpec, resp: dict[str, Any], payload: memoryview | None) -> SampleBatch:
-    """Views the reply's buffers as arrays (ids, probabilities, then every column)."""
+    """Views the reply's buffers as arrays (ids, probabilities, then every column); a
+    frame-stack column arrives as ``[B, k]`` frame indices into its group's distinct frames
+    (after the columns, ``resp["pools"]``) and is stacked here, one copy."""
     n = int(resp["rows"])
     buf = payload if payload is not None else memoryview(b"")
     ids = np.frombuffer(buf, np.int64, n, 0)
     probs = np.frombuffer(buf, np.float64, n, 8 * n)
+    pools = resp.get("pools") or []
+    pooled = {name for p in pools for name in p["columns"]}
     off, cols = 16 * n, {}
     for c in spec.columns:
-        nbytes = n * c.row_nbytes
-        cols[c.name] = np.frombuffer(buf[off:off + nbytes], c.dtype).reshape(n, *c.shape)
+        if c.name in pooled:
+            nbytes = n * c.shape[0] * 4
+            cols[c.name] = np.frombuffer(buf[off:off + nbytes], np.int32).reshape(n, c.shape[0])
+        else:
+            nbytes = n * c.row_nbytes
+            cols[c.name] = np.frombuffer(buf[off:off + nbytes], c.dtype).reshape(n, *c.shape)
         off += nbytes
+    for p in pools:
+        first = spec.column(p["columns"][0])
+        frame_nbytes = first.row_nbytes // first.shape[0]
+        nbytes = int(p["frames"]) * frame_nbytes
+        frames = np.frombuffer(buf[off:off + nbytes], first.dtype).reshape(int(p["frames"]), *first.shape[1:])
+        off += nbytes
+        for name in p["columns"]:
+            cols[name] = frames[cols[name]]
     return SampleBatch(cols, ids, probs, int(resp["size"]), total=resp.get("total"))

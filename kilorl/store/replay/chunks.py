@@ -6,10 +6,12 @@ reads them back).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+
+from kilorl.store.replay.codec import FramePool
 
 
 @dataclass
@@ -29,7 +31,10 @@ class Decoded:
     key: str
     rows: int
     columns: dict[str, np.ndarray]
+    """The decoded columns, but the stacked ones (their frames are in ``pools``)."""
     blobs: dict[str, tuple[str, bytes]]
+    pools: dict[str, FramePool] = field(default_factory=dict)
+    """stacked column -> its frames, parsed (views of ``blobs``) and checked."""
 
 
 class ChunkLog(Protocol):

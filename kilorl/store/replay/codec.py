@@ -72,43 +72,120 @@ def decompress(data: Any, codec: str, raw_nbytes: int) -> bytes | memoryview:
 
 
 def encode_stacks(stacks: np.ndarray, codec: str, level: int = 3) -> bytes:
-    """Rows that are stacks of frames (``[rows, k, ...]``, frame stacks of consecutive steps)
-    as their distinct frames: a row whose first ``k - 1`` frames are the previous row's last
-    ``k - 1`` adds only its newest frame. Encoded as ``rows x k`` int32 frame indices, then
-    the frames compressed with ``codec``; ``decode_stacks`` gives the rows back bit for bit."""
-    rows, k = stacks.shape[:2]
-    flat = stacks.reshape(rows, k, -1)
-    follows = np.zeros(rows, bool)
-    if rows > 1 and k > 1:
-        follows[1:] = np.all(flat[1:, :-1] == flat[:-1, 1:], axis=(1, 2))
-    keep = np.ones((rows, k), bool)
-    keep[follows, :-1] = False
-    index = (np.cumsum(keep.ravel()) - 1).reshape(rows, k).astype("<i4")
-    for r in np.flatnonzero(follows).tolist():  # rows of one chunk: its frames come from the row before
-        index[r, :-1] = index[r - 1, 1:]
-    frames = np.ascontiguousarray(stacks[keep])
-    return index.tobytes() + bytes(compress(frames, codec, level))
+    """One stacked column's chunk on its own: ``encode_stack_group([stacks])``."""
+    return encode_stack_group([stacks], codec, level)[0]
+
+
+def encode_stack_group(group: list[np.ndarray], codec: str, level: int = 3) -> list[bytes]:
+    """Columns of rows that are stacks of frames (each ``[rows, k, ...]``, consecutive steps;
+    the same frame shape and dtype, e.g. obs and next_obs) as one pool of distinct frames.
+    A row whose first ``k - 1`` frames are the previous row's last ``k - 1`` adds only its
+    newest frame, and a frame met again (next_obs's frames are obs's a step on; an episode's
+    first stack repeats its first frame) is kept once. The first column's blob holds its
+    ``rows x k`` int32 frame indices, the pool's frames each compressed with ``codec`` on
+    its own (with their end offsets), so a sample decodes only the frames of the rows it
+    takes (``FramePool``); each other column's blob holds only its indices into that pool.
+    The first blob: ``rows x k`` int32 indices, int32 ``F``, ``F`` int32 end offsets, frames."""
+    pool: dict[bytes, int] = {}
+    frames: list[np.ndarray] = []
+    indices = []
+    for stacks in group:
+        rows, k = stacks.shape[:2]
+        flat = stacks.reshape(rows, k, -1)
+        follows = np.zeros(rows, bool)
+        if rows > 1 and k > 1:
+            follows[1:] = np.all(flat[1:, :-1] == flat[:-1, 1:], axis=(1, 2))
+        index = np.empty((rows, k), "<i4")
+        for r in range(rows):
+            if follows[r]:  # its frames but the newest come from the row before
+                index[r, :-1] = index[r - 1, 1:]
+            for j in range(k - 1 if follows[r] else 0, k):
+                key = flat[r, j].tobytes()
+                at = pool.setdefault(key, len(frames))
+                if at == len(frames):
+                    frames.append(flat[r, j])
+                index[r, j] = at
+        indices.append(index)
+    parts = [compress(f, codec, level) for f in frames]
+    ends = np.cumsum([len(p) for p in parts], dtype=np.int64).astype("<i4")
+    count = np.array([len(frames)], "<i4")
+    return [b"".join([indices[0].tobytes(), count.tobytes(), ends.tobytes(), *parts]),
+            *(i.tobytes() for i in indices[1:])]
+
+
+class FramePool:
+    """A stacked column of one chunk as ``encode_stack_group`` stored it: its ``[rows, k]``
+    frame indices and the pool of distinct frames (its own, or the group's first column's),
+    each frame encoded on its own. Parsed once (views of the blob, no copy); ``decode``
+    decodes only the frames asked for."""
+
+    def __init__(self, blob: Any, codec: str, rows: int, k: int, frame_shape: tuple[int, ...], dtype: Any,
+                 owner: FramePool | None = None) -> None:
+        """``owner``: the pool of the group's first column (then ``blob`` is indices only).
+        ``ValueError`` when the indices or the frame offsets do not fit the blob."""
+        blob = memoryview(blob).cast("B")
+        n = rows * k * 4
+        if len(blob) < n or (owner is not None and len(blob) != n):
+            raise ValueError(f"{len(blob)} bytes do not hold {rows * k} frame indices"
+                             + (" alone (a column sharing another's frames)" if owner is not None else ""))
+        index = np.frombuffer(blob[:n], "<i4").reshape(rows, k)
+        if index.size and index.min() < 0:
+            raise ValueError("negative frame index")
+        self.index = index
+        if owner is not None:
+            if index.size and int(index.max()) >= owner.frames:
+                raise ValueError(f"frame index {int(index.max())} past the {owner.frames} frames of the pool")
+            self.frames, self.offsets, self.data = owner.frames, owner.offsets, owner.data
+            self.codec, self.frame_shape, self.dtype, self.frame_nbytes = (owner.codec, owner.frame_shape,
+                                                                           owner.dtype, owner.frame_nbytes)
+            self.owner: FramePool = owner
+            return
+        self.owner = self
+        if len(blob) < n + 4:
+            raise ValueError(f"{len(blob)} bytes cannot hold {rows * k} frame indices and a frame count")
+        self.frames = int(np.frombuffer(blob[n:n + 4], "<i4")[0])
+        if self.frames < 0 or len(blob) < n + 4 + 4 * self.frames:
+            raise ValueError(f"{len(blob)} bytes cannot hold {rows * k} frame indices and {self.frames} offsets")
+        if index.size and int(index.max()) >= self.frames:
+            raise ValueError(f"frame index {int(index.max())} past the {self.frames} frames of the pool")
+        ends = np.frombuffer(blob[n + 4:n + 4 + 4 * self.frames], "<i4")
+        self.offsets = np.concatenate(([0], ends)).astype(np.int64)
+        self.data = blob[n + 4 + 4 * self.frames:]
+        if np.any(np.diff(self.offsets) < 0) or self.offsets[-1] != len(self.data):
+            raise ValueError(f"frame offsets do not cover the {len(self.data)} bytes of frames")
+        self.codec, self.frame_shape = codec, tuple(frame_shape)
+        self.dtype = np.dtype(dtype)
+        self.frame_nbytes = int(np.prod(frame_shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def decode(self, ids: Any, out: np.ndarray) -> None:
+        """Frames ``ids`` (pool indices) decoded into the rows of ``out`` (``[len(ids), ...]``,
+        C-contiguous); ``ValueError`` when a frame does not decode to exactly its size. The loop
+        is the sample's hot path: a frame costs one C call and one copy."""
+        dest = memoryview(out).cast("B")
+        offs, data, nb = self.offsets.tolist(), self.data, self.frame_nbytes
+        if self.codec != "zstd":
+            for row, f in enumerate(ids):
+                dest[row * nb:(row + 1) * nb] = decompress(data[offs[f]:offs[f + 1]], self.codec, nb)
+            return
+        d = _local.__dict__.get("zd")
+        if d is None:
+            d = _local.zd = _zstd().ZstdDecompressor()
+        row = f = 0
+        try:
+            for row, f in enumerate(ids):
+                dest[row * nb:(row + 1) * nb] = d.decompress(data[offs[f]:offs[f + 1]], max_output_size=nb)
+        except (_zstd().ZstdError, ValueError) as exc:  # ValueError: a frame of the wrong size
+            raise ValueError(f"zstd frame {f} does not decode to its {nb} bytes ({exc})") from None
+
+    def decode_all(self) -> np.ndarray:
+        """Every frame of the pool, ``[F, *frame_shape]`` (an arriving chunk's check)."""
+        out = np.empty((self.frames, *self.frame_shape), self.dtype)
+        self.decode(range(self.frames), out)
+        return out
 
 
 def decode_stacks(blob: Any, codec: str, rows: int, k: int, frame_shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """The ``[rows, k, *frame_shape]`` stacks ``encode_stacks`` encoded; ``ValueError`` when
     the indices or the frames do not fit."""
-    frames, index = decode_frames(blob, codec, rows, k, frame_shape, dtype)
-    return frames[index]
-
-
-def decode_frames(blob: Any, codec: str, rows: int, k: int, frame_shape: tuple[int, ...],
-                  dtype: Any) -> tuple[np.ndarray, np.ndarray]:
-    """``encode_stacks``'s distinct frames ``[F, *frame_shape]`` and its ``[rows, k]`` frame
-    indices: a reader that wants a few rows stacks only those (``frames[index[rows]]``)."""
-    blob = memoryview(blob).cast("B")
-    n = rows * k * 4
-    if len(blob) < n:
-        raise ValueError(f"{len(blob)} bytes cannot hold {rows * k} frame indices")
-    index = np.frombuffer(blob[:n], "<i4").reshape(rows, k)
-    frames_n = int(index.max()) + 1 if index.size else 0
-    if index.size and index.min() < 0:
-        raise ValueError("negative frame index")
-    frame_nbytes = int(np.prod(frame_shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-    raw = decompress(blob[n:], codec, frames_n * frame_nbytes)
-    return np.frombuffer(raw, dtype).reshape(frames_n, *frame_shape), index
+    pool = FramePool(blob, codec, rows, k, frame_shape, dtype)
+    return pool.decode_all()[pool.index]

@@ -62,7 +62,8 @@ class TableSpec:
     """The codec's level (zstd 1-22; lz4 0-16)."""
     chunk_length: int = 16
     """Rows per encoded chunk of a compressed table: a client cuts an insert into chunks of
-    this many rows (more compress better; a sample decodes a whole chunk per row it takes)."""
+    this many rows (more compress better; a sample decodes a whole chunk per row it takes,
+    but of a ``stacked`` column only the row's frames)."""
     sampler: str = "uniform"
     """``uniform`` or ``prioritized`` (probability ∝ priority ** ``alpha``)."""
     alpha: float = 0.6
@@ -72,9 +73,11 @@ class TableSpec:
     """Seed of the table's sampling generator."""
     stacked: tuple[str, ...] = ()
     """Columns whose rows are stacks of frames along their first axis (``[k, ...]``: an
-    Atari observation of the last ``k`` frames). Each chunk keeps such a column's distinct
-    frames once (a row that continues the row before adds one frame) and a sample rebuilds
-    the stacks bit for bit (``codec.encode_stacks``); kept encoded whatever ``compression``."""
+    Atari observation of the last ``k`` frames). Each chunk keeps the distinct frames of such
+    columns once, shared by the columns of one frame shape and dtype (``stack_groups``: obs
+    and next_obs), each frame encoded on its own; a sample decodes only the frames of its rows
+    and rebuilds the stacks bit for bit (``codec.encode_stack_group``); kept encoded whatever
+    ``compression``."""
     durable: bool = False
     """Every inserted chunk is written back to the worker's L2 directory (``WRITE_BACK_L2``:
     asynchronously, in the order of inserts), so a restarted worker serves every flushed
@@ -84,6 +87,15 @@ class TableSpec:
         """Whether ``column`` is kept encoded (else raw in the table's ring of rows)."""
         return column.name in self.stacked or (self.compression != "none"
                                                and column.row_nbytes >= PACKED_MIN_ROW_BYTES)
+
+    def stack_groups(self) -> list[tuple[str, ...]]:
+        """The ``stacked`` columns grouped by frame shape and dtype, in ``stacked`` order: a
+        group shares one pool of frames per chunk, held in its first column's encoded bytes."""
+        groups: dict[tuple[Any, ...], list[str]] = {}
+        for name in self.stacked:
+            c = self.column(name)
+            groups.setdefault((c.shape[1:], c.dtype), []).append(name)
+        return [tuple(g) for g in groups.values()]
 
     def column(self, name: str) -> ColumnSpec:
         for c in self.columns:
@@ -153,6 +165,8 @@ class TableSpec:
         names = [c.name for c in self.columns]
         if len(set(names)) != len(names):
             raise InvalidRequest(f"table.columns: duplicate column names in {names}")
+        if len(set(self.stacked)) != len(self.stacked):
+            raise InvalidRequest(f"table.stacked: duplicate column names in {list(self.stacked)}")
         for name in self.stacked:
             if name not in names:
                 raise InvalidRequest(f"table.stacked: {name!r} is not a column of {names}")

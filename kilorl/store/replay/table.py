@@ -5,7 +5,8 @@ Rows arrive in chunks (consecutive rows, each column encoded on its own) and tak
 goes once none of its rows is live. Raw columns (every column of an uncompressed table,
 and the narrow ones of a compressed table, ``TableSpec.packed``) live in preallocated ring
 columns: a sample is one gather per column. Packed columns keep the encoded chunks, and a
-sample decodes each chunk it touches once, outside the table's lock.
+sample decodes each chunk it touches once, outside the table's lock; frame-stack columns
+keep each frame encoded on its own, and a sample decodes only the frames its rows hold.
 
 Every row has an id (its insert position over the table's life): a priority update names
 ids, so an update for a row evicted meanwhile is recognised and skipped.
@@ -16,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ import numpy as np
 from kilorl.store.errors import InvalidRequest, KeyNotFound, StoreTimeout
 from kilorl.store.replay import codec
 from kilorl.store.replay.chunks import ChunkLog, ColumnPart, Decoded
+from kilorl.store.replay.gather import Chunk, FrameSample, gather
 from kilorl.store.replay.limiter import RateLimiter
 from kilorl.store.replay.spec import TableSpec
 from kilorl.store.replay.sumtree import SumTree
@@ -34,26 +36,16 @@ last request after a reconnect, so a few per client are plenty)."""
 
 
 @dataclass
-class Chunk:
-    """An encoded chunk kept by a compressed table."""
-
-    key: str
-    rows: int
-    blobs: dict[str, tuple[str, bytes]]
-    """column -> (codec, encoded bytes)."""
-    live: int
-    nbytes: int
-    first_id: int
-
-
-@dataclass
 class Sample:
     columns: dict[str, np.ndarray]
+    """Every column's sampled rows; with ``frames=True`` all but the frame-stack columns."""
     ids: np.ndarray
     probabilities: np.ndarray
     size: int
     total: float | None
     """The priority mass the sample was drawn from (prioritized), else None."""
+    frame_samples: list[FrameSample] = field(default_factory=list)
+    """With ``frames=True``: each stack group's sampled frames and indices."""
 
 
 class Table:
@@ -77,6 +69,8 @@ class Table:
         repeated after a lost reply (the client reconnects and sends it again) is found here
         and answered without storing its rows twice."""
         self.repeated_inserts = 0
+        self.decoded_frames = 0
+        """Frames of frame-stack columns decoded by samples (each sample decodes only its rows')."""
         self.waiting = {"insert": 0, "sample": 0}
         """Calls of each side waiting for the rate limiter now."""
         self.tree = SumTree(cap) if spec.sampler == "prioritized" else None
@@ -109,28 +103,46 @@ class Table:
         if sum(p.nbytes for p in parts) != len(payload):
             raise InvalidRequest(f"{where}: payload holds {len(payload)} bytes, the columns declare "
                                  f"{sum(p.nbytes for p in parts)}")
-        decoded, blobs, off = {}, {}, 0
+        decoded, blobs, off, payloads = {}, {}, 0, {}
         for p in parts:
             col = spec.column(p.name)
-            blob = payload[off:off + p.nbytes]
+            blob = payloads[p.name] = payload[off:off + p.nbytes]
             off += p.nbytes
             if p.codec not in ("none", "zstd", "lz4"):
                 raise InvalidRequest(f"{where}, column {p.name!r}: unknown codec {p.codec!r}")
             if p.raw_nbytes != rows * col.row_nbytes:
                 raise InvalidRequest(f"{where}, column {p.name!r}: {p.raw_nbytes} bytes for {rows} rows, the schema "
                                      f"({col.dtype} {list(col.shape)}) needs {rows * col.row_nbytes}")
-            stacked = p.name in spec.stacked
+            if p.name in spec.stacked:
+                blobs[p.name] = (p.codec, bytes(blob))
+                continue
             try:
-                if stacked:
-                    decoded[p.name] = codec.decode_stacks(blob, p.codec, rows, col.shape[0], col.shape[1:], col.dtype)
-                else:
-                    raw = codec.decompress(blob, p.codec, p.raw_nbytes)
-                    decoded[p.name] = np.frombuffer(raw, col.dtype).reshape(rows, *col.shape)
+                raw = codec.decompress(blob, p.codec, p.raw_nbytes)
             except (ValueError, InvalidRequest) as exc:
                 raise InvalidRequest(f"{where}, column {p.name!r}: corrupt {p.codec} data ({exc})") from None
+            decoded[p.name] = np.frombuffer(raw, col.dtype).reshape(rows, *col.shape)
             if spec.packed(col):
-                blobs[p.name] = (p.codec, bytes(blob) if p.codec != "none" or stacked else bytes(raw))
-        return Decoded(key, rows, decoded, blobs)
+                blobs[p.name] = (p.codec, bytes(blob) if p.codec != "none" else bytes(raw))
+        return Decoded(key, rows, decoded, blobs, self._frame_pools(where, rows, blobs))
+
+    def _frame_pools(self, where: str, rows: int, blobs: dict[str, tuple[str, bytes]]) -> dict[str, codec.FramePool]:
+        """The stacked columns' frame pools of an arriving chunk, every frame decoded once
+        as a check (a corrupt chunk is refused, never sampled); errors name the column."""
+        pools: dict[str, codec.FramePool] = {}
+        for group in self.spec.stack_groups():
+            owner = None
+            for name in group:
+                col = self.spec.column(name)
+                try:
+                    pools[name] = codec.FramePool(blobs[name][1], blobs[name][0], rows, col.shape[0], col.shape[1:],
+                                                  col.dtype, owner)
+                    if owner is None:
+                        owner = pools[name]
+                        owner.decode_all()
+                except ValueError as exc:
+                    raise InvalidRequest(f"{where}, column {name!r}: corrupt {blobs[name][0]} frame data "
+                                         f"({exc})") from None
+        return pools
 
     def insert(self, chunks: list[Decoded], priorities: np.ndarray | None, timeout: float | None) -> int:
         """Stores decoded chunks (consecutive rows, in order) once the rate limiter admits
@@ -206,12 +218,13 @@ class Table:
                 if self.compressed:
                     cid = int(self.slot_chunk[cursor % self.spec.capacity])
                     ch = self.chunks[cid]
-                    first, rows, key, blobs = ch.first_id, ch.rows, ch.key, ch.blobs
+                    first, rows, key, blobs, pools = ch.first_id, ch.rows, ch.key, ch.blobs, ch.pools
                 else:
-                    first, rows, key, blobs = cursor, min(self.spec.chunk_length, end - cursor), f"snapshot/{cursor}", {}
+                    first, rows, key = cursor, min(self.spec.chunk_length, end - cursor), f"snapshot/{cursor}"
+                    blobs, pools = {}, {}
                 slots = (first + np.arange(rows, dtype=np.int64)) % self.spec.capacity
                 cols = {name: ring[slots] for name, ring in self.ring.items()}
-                out.append((first, Decoded(key, rows, cols, blobs)))
+                out.append((first, Decoded(key, rows, cols, blobs, pools)))
                 cursor = first + rows
             return out, cursor
 
@@ -228,7 +241,7 @@ class Table:
             cid = self.next_chunk
             self.next_chunk += 1
             nbytes = sum(len(b) for _, b in c.blobs.values())
-            self.chunks[cid] = Chunk(c.key, c.rows, c.blobs, c.rows, nbytes, self.next_id)
+            self.chunks[cid] = Chunk(c.key, c.rows, c.blobs, c.rows, nbytes, self.next_id, c.pools)
             self.stored_bytes += nbytes
             self.slot_chunk[slots] = cid
             self.slot_offset[slots] = np.arange(c.rows)
@@ -253,8 +266,10 @@ class Table:
                 self.stored_bytes -= chunk.nbytes
 
     # ---- sampling -----------------------------------------------------------------------
-    def sample(self, batch: int, timeout: float | None) -> Sample:
-        """``batch`` rows drawn with replacement once the rate limiter admits the call."""
+    def sample(self, batch: int, timeout: float | None, frames: bool = False) -> Sample:
+        """``batch`` rows drawn with replacement once the rate limiter admits the call.
+        ``frames``: the frame-stack columns left as each distinct frame once and indices
+        (``Sample.frame_samples``, what a worker sends), not stacked here."""
         if not isinstance(batch, int) or batch < 1:
             raise InvalidRequest(f"batch_size: must be a positive integer, got {batch!r}")
         with self.cond:
@@ -281,29 +296,18 @@ class Table:
                 uniq, inverse = np.unique(cids, return_inverse=True)
                 chunks = [self.chunks[c] for c in uniq.tolist()]
             self.cond.notify_all()
+        pools: list[FrameSample] = []
         if self.compressed:  # decode outside the lock: inserts and other samples go on
-            columns.update(self._gather(chunks, inverse, offsets))
-        return Sample(columns, ids, probs, size, total)
-
-    def _gather(self, chunks: list[Chunk], inverse: np.ndarray, offsets: np.ndarray) -> dict[str, np.ndarray]:
-        """The sampled rows of the packed columns: each touched chunk decoded once, and only its
-        sampled rows copied out (a frame-stack column stacks only those rows' frames)."""
-        order = np.argsort(inverse, kind="stable")  # sample positions grouped by chunk
-        bounds = np.searchsorted(inverse[order], np.arange(len(chunks) + 1))
-        out = {}
-        for col in self.packed:
-            dest = np.empty((len(inverse), *col.shape), col.dtype)
-            for j, ch in enumerate(chunks):
-                pos = order[bounds[j]:bounds[j + 1]]
-                name, blob = ch.blobs[col.name]
-                if col.name in self.spec.stacked:  # the chunk's distinct frames, stacked again
-                    frames, index = codec.decode_frames(blob, name, ch.rows, col.shape[0], col.shape[1:], col.dtype)
-                    dest[pos] = frames[index[offsets[pos]]]
-                else:
-                    raw = codec.decompress(blob, name, ch.rows * col.row_nbytes)
-                    dest[pos] = np.frombuffer(raw, col.dtype).reshape(ch.rows, *col.shape)[offsets[pos]]
-            out[col.name] = dest
-        return out
+            packed, pools = gather(self.spec, self.packed, chunks, inverse, offsets)
+            columns.update(packed)
+            if pools:
+                with self.cond:
+                    self.decoded_frames += sum(len(p.frames) for p in pools)
+            if not frames:
+                for p in pools:
+                    columns.update(p.stacks())
+                pools = []
+        return Sample(columns, ids, probs, size, total, pools)
 
     def update_priorities(self, ids: np.ndarray, priorities: np.ndarray) -> int:
         """Sets the priorities of rows still held; returns how many were (evicted ones skipped)."""
@@ -361,6 +365,7 @@ class Table:
                     "repeated_inserts": self.repeated_inserts, "waiting_inserts": self.waiting["insert"],
                     "waiting_samples": self.waiting["sample"],
                     "sampled_rows": self.limiter.sampled, "sample_calls": self.sample_calls,
+                    "decoded_frames": self.decoded_frames,
                     "stored_bytes": stored, "raw_bytes": raw,
                     "compression_ratio": (raw / stored) if stored else 1.0,
                     "chunks": len(self.chunks) if self.compressed else None,

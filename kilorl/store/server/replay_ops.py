@@ -227,10 +227,16 @@ def insert(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
 @OPS.op("replay.sample")
 def sample(w: Worker, conn: Connection, h: dict[str, Any]) -> Reply:
     table = _service(w).table(h.get("table"))
-    s = table.sample(arg(h, "batch_size", int), _timeout(h))
-    cols = [np.ascontiguousarray(s.columns[c.name]) for c in table.spec.columns]
-    header = {"size": s.size, "rows": int(s.ids.size), "total": s.total}
-    return Reply(header, [s.ids.astype(np.int64), s.probabilities.astype(np.float64), *cols])
+    """Ids, probabilities, then every column's rows in the table's order; a frame-stack
+    column as its ``[B, k]`` int32 frame indices, its group's distinct frames after all
+    columns (``pools``: each frame crosses the socket once; the client stacks them)."""
+    s = table.sample(arg(h, "batch_size", int), _timeout(h), frames=True)
+    index = {name: fs.index[name] for fs in s.frame_samples for name in fs.columns}
+    cols = [np.ascontiguousarray(index[c.name] if c.name in index else s.columns[c.name]) for c in table.spec.columns]
+    header = {"size": s.size, "rows": int(s.ids.size), "total": s.total,
+              "pools": [{"columns": list(fs.columns), "frames": len(fs.frames)} for fs in s.frame_samples]}
+    return Reply(header, [s.ids.astype(np.int64), s.probabilities.astype(np.float64), *cols,
+                          *(fs.frames for fs in s.frame_samples)])
 
 
 @OPS.op("replay.update_priorities")
