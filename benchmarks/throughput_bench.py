@@ -105,7 +105,8 @@ def rllib_run(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
     the result (RLlib reports no per-batch lag: the lag fields are None, see that script)."""
     cmd = [args.rllib_python, str(REPO / "benchmarks/rllib_appo_worker.py"), f"--env={args.env}",
            f"--workers={args.workers}", f"--envs={args.envs}", f"--frames={args.frames}"]
-    env = {**os.environ, "RAY_TMPDIR": str(work_dir), "RAY_AUTH_MODE": "disabled"}
+    # its own Ray instance; a short temp root (Ray's socket paths must stay under 107 characters)
+    env = {**os.environ, "RAY_TMPDIR": os.environ.get("RAY_TMPDIR", "/tmp/ray") + "_rllib", "RAY_AUTH_MODE": "disabled"}
     work_dir.mkdir(parents=True, exist_ok=True)
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env, cwd=work_dir)
     last = next((json.loads(x) for x in reversed(out.stdout.splitlines()) if x.startswith('{"result"')), None)
