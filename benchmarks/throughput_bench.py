@@ -1,11 +1,13 @@
 """Sustained env frames/s and policy lag: kiloRL APPO (``queue`` data path) against Sample Factory APPO
 and RLlib APPO (``--rllib-python``, its own venv; ``benchmarks/rllib_appo_worker.py``).
 
-Same shape on both sides: CartPole-v1, 2 env workers x 8 envs, 32-step rollouts, 512-frame learner
+Same shape on every side: CartPole-v1, 2 env workers x 8 envs, 32-step rollouts, 512-frame learner
 batches, one learner, CPU. kiloRL runs ``kilorl train examples/cartpole_appo.yaml`` with those
-overrides; Sample Factory runs its own ``sf_examples.train_gym_env`` in its own virtual environment
-(``--sf-python``, e.g. /work/sfvenv/bin/python; ``pip install torch==2.13.0`` there before
-``sample-factory``). Runs alternate (kiloRL, SF, kiloRL, SF, ...) so load falls on both alike.
+overrides; Sample Factory runs its ``sf_examples.train_gym_env`` (through ``sf_train_gym.py``) in its
+own virtual environment (``--sf-python``, e.g. /work/sfvenv/bin/python; ``pip install torch==2.13.0``
+there before ``sample-factory``); RLlib likewise (``--rllib-python``, e.g. /work/rllibvenv/bin/python
+with ``ray[rllib]`` at main's Ray version). Runs alternate (kiloRL, SF, RLlib, kiloRL, ...) so load
+falls on every side alike.
 
 Sustained frames/s leaves start-up out on both sides: kiloRL, env steps between its first and last
 metric rows over the ``train_time`` between them; Sample Factory, "Total num frames" between its
