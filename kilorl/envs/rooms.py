@@ -21,24 +21,26 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-LAYOUT = (
-    "#############",
-    "#     #     #",
-    "#     #     #",
-    "#           #",
-    "#     #     #",
-    "#     #     #",
-    "## ####     #",
-    "#     ### ###",
-    "#     #     #",
-    "#     #     #",
-    "#           #",
-    "#     #     #",
-    "#############",
-)
 MOVES = np.array([(-1, 0), (0, 1), (1, 0), (0, -1)], np.int64)
 """Row/column change of actions (and options) 0..3: north, east, south, west."""
-DOORWAYS = ((3, 6), (10, 6), (6, 2), (7, 9))
+
+
+def room_layout(rooms: int, room_size: int) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """``(wall, doorways)``: a ``rooms x rooms`` grid of square rooms of ``room_size`` cells a
+    side, walled around, with one doorway in each wall between two rooms at a fixed place
+    (``(i + 2 j) mod room_size`` along it, so the doorways do not line up)."""
+    step = room_size + 1
+    size = rooms * step + 1
+    wall = np.zeros((size, size), bool)
+    wall[::step, :] = wall[:, ::step] = True
+    doorways = []
+    for i in range(rooms):
+        for j in range(rooms - 1):
+            doorways.append((i * step + 1 + (i + 2 * j) % room_size, (j + 1) * step))  # east wall of room (i, j)
+            doorways.append(((j + 1) * step, i * step + 1 + (2 * i + j + 1) % room_size))  # south wall of (j, i)
+    for r, c in doorways:
+        wall[r, c] = False
+    return wall, doorways
 
 
 class SparseRooms(gym.Env):
@@ -48,19 +50,19 @@ class SparseRooms(gym.Env):
     num_options = 4
     """Options offered to a high level: the four directions (``option_signal``)."""
 
-    def __init__(self, max_steps: int = 100, option_bonus: float = 0.05) -> None:
-        if max_steps < 1:
-            raise ValueError(f"env.kwargs.max_steps must be at least 1, got {max_steps}")
+    def __init__(self, rooms: int = 3, room_size: int = 5, max_steps: int = 200, option_bonus: float = 0.05) -> None:
+        for name, value, least in (("rooms", rooms, 1), ("room_size", room_size, 2), ("max_steps", max_steps, 1)):
+            if value < least:
+                raise ValueError(f"env.kwargs.{name} must be at least {least}, got {value}")
         self.max_steps, self.option_bonus = int(max_steps), float(option_bonus)
-        self.wall = np.array([[c == "#" for c in row] for row in LAYOUT])
+        self.wall, self.doorways = room_layout(rooms, room_size)
+        self.step_size = room_size + 1
         self.free = np.argwhere(~self.wall)
-        self.scale = float(len(LAYOUT) - 1)
+        self.scale = float(len(self.wall) - 1)
         self.observation_space = gym.spaces.Box(0.0, 1.0, (4,), np.float32)
         self.action_space = gym.spaces.Discrete(4)
         self.pos = self.goal = self.last_move = np.zeros(2, np.int64)
         self.steps = 0
-        self.lines_row = {r for r, _ in DOORWAYS}
-        self.lines_col = {c for _, c in DOORWAYS}
 
     def _obs(self) -> np.ndarray:
         return (np.concatenate([self.pos, self.goal]) / self.scale).astype(np.float32)
@@ -94,8 +96,15 @@ class SparseRooms(gym.Env):
         went in the option's direction) and whether the option is over (a wall ahead, or the
         coordinate it changes reached a doorway's or the goal's line)."""
         moved = bool(np.array_equal(self.last_move, MOVES[option]))
-        if option in (0, 2):
-            landmark = int(self.pos[0]) in self.lines_row | {int(self.goal[0])}
-        else:
-            landmark = int(self.pos[1]) in self.lines_col | {int(self.goal[1])}
-        return (self.option_bonus if moved else 0.0), self._blocked(option) or (moved and landmark)
+        axis = 0 if option in (0, 2) else 1  # the coordinate the option changes
+        return (self.option_bonus if moved else 0.0), self._blocked(option) or (moved and self._landmark(axis))
+
+    def _landmark(self, axis: int) -> bool:
+        """Whether the agent's ``axis`` coordinate lines it up with the goal, or with a doorway
+        in a wall of its room that the other axis crosses."""
+        here = int(self.pos[axis])
+        if here == int(self.goal[axis]):
+            return True
+        top_left = (self.pos // self.step_size) * self.step_size
+        return any(d[axis] == here and top_left[1 - axis] <= d[1 - axis] <= top_left[1 - axis] + self.step_size
+                   for d in self.doorways)
