@@ -109,3 +109,17 @@ def test_a_hierarchy_whose_levels_are_one_policy_is_an_error():
 def test_an_unknown_option_reward_is_named():
     with pytest.raises(ConfigError, match=r"option_reward"):
         config(LEVELS | {"hierarchy": {"high": "top", "low": "bottom", "option_reward": "max"}})
+
+
+def test_the_rooms_examples_are_one_task_and_one_budget_with_and_without_levels():
+    from pathlib import Path
+
+    from kilorl.config import load_config
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    levels, flat = load_config(examples / "rooms_hierarchical.yaml"), load_config(examples / "rooms_ppo.yaml")
+    assert (levels.multi_agent.hierarchy.high, levels.multi_agent.hierarchy.low) == ("high", "low")
+    assert levels.env.kwargs["env"] == flat.env.id
+    assert flat.env.kwargs.items() <= levels.env.kwargs["env_kwargs"].items()  # the option bonus is the levels' only
+    assert levels.train.total_env_steps == flat.train.total_env_steps
+    assert levels.algo == flat.algo and levels.model == flat.model
