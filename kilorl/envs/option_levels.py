@@ -11,8 +11,9 @@ action moves the environment; the high agent's action is ignored.
 
 Observations (both agents, one space): the env's observation, then the running option
 one-hot (zeros for the high agent), then a decision flag (1 on a decision step). The high
-level's reward per step is the env's; the low level's is the env's plus the option bonus
-that ``option_signal`` returns (reward for following the option, documented by the env).
+level's reward per step is the env's; the low level's is the env's (times ``low_env_reward``,
+1 by default) plus the option bonus that ``option_signal`` returns (reward for following the
+option, documented by the env).
 
 The env runner (``kilorl.roles.option_rollouts``) turns the high agent's column into one row
 per option: the decision step's observation, action and extras, and the rewards summed over
@@ -42,7 +43,9 @@ class OptionLevels(ParallelEnv):
 
     metadata = {"name": "option_levels_v0", "render_modes": []}
 
-    def __init__(self, env: gym.Env, every_k: int | None = 8) -> None:
+    def __init__(self, env: gym.Env, every_k: int | None = 8, low_env_reward: float = 1.0) -> None:
+        """``low_env_reward``: the weight of the env's reward in the low level's (0: the low level
+        earns only the option bonus, so it follows the options rather than the goal)."""
         base = env.unwrapped
         if not hasattr(base, "option_signal") or not hasattr(base, "num_options"):
             raise ValueError(f"env.kwargs.env: {type(base).__name__} offers no options (needs num_options and "
@@ -53,7 +56,7 @@ class OptionLevels(ParallelEnv):
                                                                                    gym.spaces.Discrete):
             raise ValueError("env.kwargs.env: option levels need a Box observation and Discrete actions, the env has "
                              f"{env.observation_space} and {env.action_space}")
-        self.env, self.every_k = env, every_k
+        self.env, self.every_k, self.low_env_reward = env, every_k, float(low_env_reward)
         self.num_options = int(base.num_options)
         if self.num_options != int(env.action_space.n):
             raise ValueError(f"env.kwargs.env: {self.num_options} options and {env.action_space.n} actions; the two "
@@ -104,16 +107,18 @@ class OptionLevels(ParallelEnv):
         if terminated or truncated:
             self.agents = []
         both = (HIGH, LOW)
-        return (obs, {HIGH: float(reward), LOW: float(reward) + bonus}, dict.fromkeys(both, bool(terminated)),
-                dict.fromkeys(both, bool(truncated)), {a: {} for a in both})
+        rewards = {HIGH: float(reward), LOW: self.low_env_reward * float(reward) + bonus}
+        return (obs, rewards, dict.fromkeys(both, bool(terminated)), dict.fromkeys(both, bool(truncated)),
+                {a: {} for a in both})
 
     def close(self) -> None:
         self.env.close()
 
 
-def option_levels(env: str, env_kwargs: dict[str, Any] | None = None, every_k: int | None = 8) -> OptionLevels:
+def option_levels(env: str, env_kwargs: dict[str, Any] | None = None, every_k: int | None = 8,
+                  low_env_reward: float = 1.0) -> OptionLevels:
     """``env.id: kilorl.envs.option_levels:option_levels`` with ``env.kwargs: {env: <Gymnasium
-    id or module:Class>, env_kwargs: {...}, every_k: 8}``."""
+    id or module:Class>, env_kwargs: {...}, every_k: 8, low_env_reward: 1.0}``."""
     from kilorl.envs.factory import make_env
 
-    return OptionLevels(make_env(env, env_kwargs), every_k)
+    return OptionLevels(make_env(env, env_kwargs), every_k, low_env_reward)

@@ -120,3 +120,9 @@ def test_rooms_reward_only_at_the_goal_and_options_end_at_walls():
     env.step(0)  # north into the outer wall: no move, no bonus, and the option is over
     assert env.option_signal(0) == (0.0, True)
     assert (MOVES[0] == (-1, 0)).all()
+
+
+def test_low_env_reward_weighs_the_env_reward_in_the_low_levels_reward():
+    env = OptionLevels(Counter(), every_k=3, low_env_reward=0.0)
+    move = run(env, 2, low_action=1)[1]
+    assert move["rew"] == {HIGH: 1.0, LOW: 0.5}  # the option bonus only; the high level keeps the env's reward
