@@ -39,12 +39,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", default="1", help="comma-separated seeds")
     p.add_argument("--steps", type=int, default=None, help="train.total_env_steps (default: the examples')")
+    p.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, of {', '.join(RUNS)}")
     p.add_argument("--runs-dir", default="/tmp/rooms_hierarchy_runs")
     p.add_argument("--out", default=None)
     args = p.parse_args()
     rows = []
     for seed in (int(s) for s in args.seeds.split(",")):
-        for name, example in RUNS.items():
+        for name in args.runs.split(","):
+            example = RUNS[name]
             run_dir = Path(args.runs_dir) / f"{name}-seed{seed}"
             cmd = [*KILORL, "train", example, "--run-dir", str(run_dir), "--seed", str(seed)]
             if args.steps is not None:
