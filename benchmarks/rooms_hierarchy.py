@@ -9,6 +9,10 @@ eval RUN --episodes 100`` of each final checkpoint, stochastic and deterministic
 from 1,000,000 (training drew its episodes from the seed's own stream). The reward is 1 at
 the goal and 0 otherwise, so a mean return (the high policy's for the two levels, the run's
 for flat PPO) is the fraction of episodes that reached the goal.
+
+``--uniform-high RUN_DIR``: instead, play a two-level run's final checkpoint with the high
+level's action head zeroed (options drawn uniformly, the low level as trained), 100 stochastic
+episodes: how much of the success is the high level's choice of options.
 """
 
 from __future__ import annotations
@@ -35,6 +39,25 @@ def success(run_dir: Path, stochastic: bool) -> float:
     return float(per_policy["high"] if per_policy else out["episode_return_mean"])
 
 
+def uniform_high(run_dir: Path) -> float:
+    """Success of ``run_dir``'s final checkpoint with uniform options (``--uniform-high``)."""
+    import numpy as np
+    import torch
+
+    from kilorl.config import config_from_dict
+    from kilorl.roles.agent_evaluation import AgentEpisodeRunner
+    from kilorl.trainer.checkpoint import load_checkpoint
+    from kilorl.trainer.evaluate import resolve_checkpoint
+
+    state, meta = load_checkpoint(resolve_checkpoint(run_dir))
+    states = state["policies"]
+    model = states["high"]["model"]
+    for key in ("policy_head.weight", "policy_head.bias"):
+        model[key] = torch.zeros_like(torch.as_tensor(model[key]))
+    played = AgentEpisodeRunner(config_from_dict(meta["config"])).play(states, EPISODES, 1_000_000, deterministic=False)
+    return float(np.mean(played.policy_returns["high"]))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", default="1", help="comma-separated seeds")
@@ -42,7 +65,11 @@ def main() -> None:
     p.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, of {', '.join(RUNS)}")
     p.add_argument("--runs-dir", default="/tmp/rooms_hierarchy_runs")
     p.add_argument("--out", default=None)
+    p.add_argument("--uniform-high", type=Path, default=None, metavar="RUN_DIR")
     args = p.parse_args()
+    if args.uniform_high is not None:
+        print(json.dumps({"run": str(args.uniform_high), "success_uniform_high": uniform_high(args.uniform_high)}))
+        return
     rows = []
     for seed in (int(s) for s in args.seeds.split(",")):
         for name in args.runs.split(","):
