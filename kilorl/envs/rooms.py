@@ -1,10 +1,12 @@
-"""A sparse-reward navigation task: Sutton's four rooms, a random start and goal each episode.
+"""A sparse-reward navigation task: a grid of rooms, a random start and goal each episode.
 
-The agent moves on a 13 x 13 grid (walls around and a cross of walls with four doorways);
-actions are the four moves (``0`` north, ``1`` east, ``2`` south, ``3`` west; a move into a
-wall leaves it where it is). The reward is 1 on reaching the goal (the episode terminates)
-and 0 otherwise; ``max_steps`` moves without it truncate the episode. The observation is
-``[row, col, goal row, goal col] / 12`` (float32). Nothing is downloaded.
+The agent moves on a ``rooms x rooms`` grid of square rooms of ``room_size`` cells a side
+(3 x 3 rooms of 5: 19 x 19 cells with the walls), one doorway in each wall between two rooms
+(``room_layout``); actions are the four moves (``0`` north, ``1`` east, ``2`` south, ``3``
+west; a move into a wall leaves it where it is). The reward is 1 on reaching the goal (the
+episode terminates) and 0 otherwise; ``max_steps`` moves without it truncate the episode. The
+observation is the agent's and the goal's row and column, divided by the grid's last index
+(float32). Nothing is downloaded.
 
 Options for a two-level policy (``kilorl.envs.option_levels``): option ``d`` is "move in
 direction ``d``". ``option_signal`` says, after each move, what the low level earns for it
