@@ -46,7 +46,7 @@ def room_layout(rooms: int, room_size: int) -> tuple[np.ndarray, list[tuple[int,
 
 
 class SparseRooms(gym.Env):
-    """Four rooms; reward 1 only at a goal drawn anew (with the start) every episode."""
+    """A grid of rooms; reward 1 only at a goal drawn anew (with the start) every episode."""
 
     metadata = {"render_modes": []}
     num_options = 4
