@@ -29,6 +29,22 @@ class PolicySection(Section):
     """This policy's network, written like the run's ``model``; None: the run's ``model``."""
 
 
+class HierarchySection(Section):
+    """Two policies of ``policies`` as the levels of one agent over option levels
+    (``env.id: kilorl.envs.option_levels:option_levels``, whose ``env.kwargs.every_k`` sets how
+    many moves an option lasts at most): the high level picks an option on each decision step
+    and collects one row per option (``kilorl.roles.option_rollouts``); the low level moves,
+    seeing the running option."""
+
+    high: str
+    """The policy that picks options (the ``high`` agent maps to it)."""
+    low: str
+    """The policy that moves, conditioned on the running option (the ``low`` agent maps to it)."""
+    option_reward: Literal["sum", "discounted"] = "sum"
+    """The high level's reward for one option: the plain ``sum`` of the env's rewards over the
+    option's steps, or ``discounted`` by the low level's ``algo.gamma`` per step."""
+
+
 class MultiAgentConfig(Section):
     """Agents of a PettingZoo environment mapped to policies."""
 
@@ -42,6 +58,8 @@ class MultiAgentConfig(Section):
     """``state``: each agent column's observation is its own followed by the environment's
     global ``state()`` (MAPPO); the policy sees the first ``model.actor_inputs`` entries, the
     critic all. None: the critic sees what the policy sees (IPPO)."""
+    hierarchy: HierarchySection | None = None
+    """Two of the policies as the high and low level of one agent (None: agents only)."""
 
     @model_validator(mode="after")
     def _names_exist(self) -> MultiAgentConfig:
@@ -56,6 +74,15 @@ class MultiAgentConfig(Section):
         if self.policies_to_train is not None and not self.policies_to_train:
             raise ValueError("policies_to_train: empty, so nothing would train (list at least one of "
                              f"{', '.join(sorted(self.policies))}, or leave it out to train all)")
+        if self.hierarchy is not None:
+            levels = {"high": self.hierarchy.high, "low": self.hierarchy.low}
+            for level, policy in levels.items():
+                if policy not in self.policies:
+                    raise ValueError(f"hierarchy.{level}: {policy!r} is not in multi_agent.policies "
+                                     f"({', '.join(sorted(self.policies))})")
+            if self.hierarchy.high == self.hierarchy.low:
+                raise ValueError(f"hierarchy.low: {self.hierarchy.low!r} is also the high level; each level is a "
+                                 "policy of its own")
         if len(self.policies) == 1 and self.policies_to_train is not None and not self.trains(next(iter(self.policies))):
             raise ValueError("policies_to_train: the run's only policy must train")
         return self

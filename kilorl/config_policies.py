@@ -34,7 +34,8 @@ def policy_configs(cfg: RunConfig, describe: Callable[[ValidationError], str]) -
     views: dict[str, RunConfig] = {}
     for name, policy in section.policies.items():
         data: dict[str, Any] = {**run, "multi_agent": {**run["multi_agent"], "policies": {name: {}},
-                                                       "policy_mapping": {"*": name}, "policies_to_train": None}}
+                                                       "policy_mapping": {"*": name}, "policies_to_train": None,
+                                                       "hierarchy": None}}
         if policy.algo is not None:
             data["algo"] = policy.algo
         if policy.model is not None:

@@ -85,3 +85,41 @@ def test_a_centralized_critic_needs_the_policys_input_size():
 def test_evaluation_during_training_is_refused_with_a_multi_agent_section():
     with pytest.raises(ConfigError, match=r"evaluation.every_env_steps: evaluation episodes of a PettingZoo"):
         config({"policies": {"shared": {}}, "policy_mapping": {"*": "shared"}}, evaluation={"every_env_steps": 1000})
+
+
+LEVELS = {"policies": {"top": {}, "bottom": {}}, "policy_mapping": {"high": "top", "low": "bottom"}}
+
+
+def test_hierarchy_names_two_declared_policies_as_its_levels():
+    cfg = config(LEVELS | {"hierarchy": {"high": "top", "low": "bottom"}})
+    assert (cfg.multi_agent.hierarchy.high, cfg.multi_agent.hierarchy.option_reward) == ("top", "sum")
+    assert all(view.multi_agent.hierarchy is None for view in cfg.policy_configs().values())  # a level is one policy
+
+
+def test_a_hierarchy_level_that_is_not_a_policy_is_named():
+    with pytest.raises(ConfigError, match=r"hierarchy.low: 'ghost' is not in multi_agent.policies \(bottom, top\)"):
+        config(LEVELS | {"hierarchy": {"high": "top", "low": "ghost"}})
+
+
+def test_a_hierarchy_whose_levels_are_one_policy_is_an_error():
+    with pytest.raises(ConfigError, match=r"hierarchy.low: 'top' is also the high level"):
+        config(LEVELS | {"hierarchy": {"high": "top", "low": "top"}})
+
+
+def test_an_unknown_option_reward_is_named():
+    with pytest.raises(ConfigError, match=r"option_reward"):
+        config(LEVELS | {"hierarchy": {"high": "top", "low": "bottom", "option_reward": "max"}})
+
+
+def test_the_rooms_examples_are_one_task_and_one_budget_with_and_without_levels():
+    from pathlib import Path
+
+    from kilorl.config import load_config
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    levels, flat = load_config(examples / "rooms_hierarchical.yaml"), load_config(examples / "rooms_ppo.yaml")
+    assert (levels.multi_agent.hierarchy.high, levels.multi_agent.hierarchy.low) == ("high", "low")
+    assert levels.env.kwargs["env"] == flat.env.id
+    assert flat.env.kwargs.items() <= levels.env.kwargs["env_kwargs"].items()  # the option bonus is the levels' only
+    assert levels.train.total_env_steps == flat.train.total_env_steps
+    assert levels.algo == flat.algo and levels.model == flat.model

@@ -26,7 +26,9 @@ class ActorProcess(Actor):
         """``replay_prefix``: the run's replay tables' names; with it, and a table whose env
         runners insert themselves (``store_replay.actors_insert``), each rollout's rows go
         into this node's shard and ``collect`` returns a ``ReplayInsert`` instead."""
-        if several_policies(cfg):
+        if several_policies(cfg) and cfg.multi_agent.hierarchy is not None:
+            from kilorl.roles.option_rollouts import HierarchicalEnvRunner as EnvRunner
+        elif several_policies(cfg):
             from kilorl.roles.policy_columns import MultiPolicyEnvRunner as EnvRunner
         else:
             from kilorl.roles.env_runner import EnvRunner

@@ -7,11 +7,16 @@ part of its actors' rollouts) and writes a checkpoint with a part per policy. Pr
 line: each policy's planned nodes, the nodes Ray's actor table says its learner processes run
 on, each node's zone, the env steps, the policies' statistics of the last row, every learner's
 weights digest, the checkpoint's parts, and the start-up error of a policy label no node has.
+
+``python -m tests.trainer.policy_placement_check levels``: the same with the two policies as the
+levels of a hierarchy (``multi_agent.hierarchy``, ``first`` the high level, ``rest`` the low)
+over the option levels of the rooms task.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from pathlib import Path
 
@@ -28,11 +33,17 @@ from tests.conftest import tiny_config
 
 SPREAD = {"id": "mpe2.simple_spread_v3:parallel_env", "kwargs": {"N": 3, "local_ratio": 0.5, "max_cycles": 25}}
 SMALL = {"cpus": 1, "memory_gb": 0.25}
+ROOMS = {"id": "kilorl.envs.option_levels:option_levels",
+         "kwargs": {"env": "kilorl.envs.rooms:SparseRooms", "env_kwargs": {"rooms": 2, "max_steps": 30}, "every_k": 4}}
+LEVELS = "levels" in sys.argv[1:]
+"""The two policies are a hierarchy's levels (high ``first``, low ``rest``), not agents' policies."""
 
 
 def two_policies(first_zone: str, rest_zone: str):
-    return tiny_config(env=SPREAD, multi_agent={"policies": {"first": {}, "rest": {}},
-                                                "policy_mapping": {"agent_0": "first", "*": "rest"}},
+    mapping = {"high": "first", "low": "rest"} if LEVELS else {"agent_0": "first", "*": "rest"}
+    levels = {"hierarchy": {"high": "first", "low": "rest"}} if LEVELS else {}
+    return tiny_config(env=ROOMS if LEVELS else SPREAD,
+                       multi_agent={"policies": {"first": {}, "rest": {}}, "policy_mapping": mapping, **levels},
                        algo={"rollout_length": 8, "num_minibatches": 1, "update_epochs": 1},
                        parallelism={"actor": 2, "envs_per_actor": 2, "learner": 2},
                        resources={"policies": {"first": {**SMALL, "nodes": [f"zone={first_zone}"]},
