@@ -157,6 +157,9 @@ class LearnerContext:
     the store workers); None: in this process (``kilorl.algos.common.RingTable``)."""
     offline: OfflineRows | None = None
     """Recorded data to mix into every batch at a fixed share (``replay_buffer.offline``)."""
+    offline_storage: OfflineStorageFactory | None = None
+    """Where the recorded rows live: an immutable table on the store workers (a ``replay_buffer``
+    section with ``backend: store``, ``kilorl.roles.store_offline``); None: in this process."""
 
 
 class RolloutBatch:
@@ -189,6 +192,10 @@ class ReplayStorage(Protocol):
 
 ReplayStorageFactory = Callable[[str, Mapping[str, tuple[tuple[int, ...], Any]], int, int], ReplayStorage]
 """``factory(table name, schema {column: (row shape, dtype)}, capacity, seed) -> ReplayStorage``."""
+
+OfflineStorageFactory = Callable[[str, Mapping[str, np.ndarray], int], Any]
+"""``factory(table name, rows {column: [n, ...]}, seed)``: a table holding exactly ``rows``, loaded
+at most once, with ``sample(batch_size)`` and ``len``, which nothing else inserts into."""
 
 
 class ReplaySource(abc.ABC):

@@ -10,7 +10,7 @@ rows are which, for per-source metrics.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -20,6 +20,19 @@ from kilorl.core import Rollout
 
 SOURCE_COLUMN = "offline"
 """Bool column of a mixed batch: True where the row is recorded data."""
+
+
+class RecordedRows(Protocol):
+    """Where the recorded rows are sampled from: an ``OfflineTable`` in this process, or the
+    store workers' immutable table (``kilorl.roles.store_offline``)."""
+
+    def __len__(self) -> int: ...
+
+    def sample(self, batch_size: int) -> dict[str, np.ndarray]: ...
+
+    def rng_state(self) -> dict[str, Any] | None: ...
+
+    def set_rng_state(self, state: dict[str, Any]) -> None: ...
 
 
 class OfflineTable:
@@ -56,7 +69,7 @@ class MixedSource(ReplaySource):
     """The online table (the algorithm's adder inserts into it) and the offline rows, sampled
     at an exact per-batch split."""
 
-    def __init__(self, online: ReplaySource, offline: OfflineTable, ratio: float) -> None:
+    def __init__(self, online: ReplaySource, offline: RecordedRows, ratio: float) -> None:
         if not 0.0 <= ratio <= 1.0:
             raise ValueError(f"replay_buffer.offline.ratio must be in [0, 1], got {ratio}")
         self.online, self.offline, self.ratio = online, offline, ratio
