@@ -7,7 +7,8 @@ slice fits its part, and nothing else ever inserts into it, so online inserts (a
 table) never evict a recorded row however often they wrap. The table is named after the run,
 the learner rank and a digest of the rows: a resumed run (``durable``) or a second learner
 built in the same run finds it full and loads nothing; a table left half loaded (a crash
-mid-load) is dropped and loaded again. The learner keeps no copy of the rows.
+mid-load) is dropped and loaded again. Batches draw their recorded rows from the workers
+(the learner still holds the columns it read, ``LearnerContext.offline``).
 """
 
 from __future__ import annotations
