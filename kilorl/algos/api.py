@@ -121,8 +121,9 @@ class OfflineRows:
     """Recorded transitions a replay algorithm mixes into every batch (``replay_buffer.offline``)."""
 
     columns: dict[str, np.ndarray]
-    """``obs``, ``action`` (in the env's units), ``reward``, ``next_obs``, ``terminated``: one
-    row per recorded step."""
+    """``obs``, ``action`` (in the env's units), ``reward``, ``next_obs``, ``terminated``,
+    ``return_to_go`` (discounted within the episode, ``kilorl.datasets.returns``): one row per
+    recorded step."""
     ratio: float
     """Share of every sampled batch drawn from these rows: exactly ``round(ratio * B)``."""
     source: str = ""

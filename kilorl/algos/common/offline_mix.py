@@ -4,7 +4,8 @@ The offline rows sit in a table of their own that online inserts never touch, so
 never evicted however often the online table wraps. Every batch of ``B`` rows holds exactly
 ``round(ratio * B)`` offline rows, at evenly spaced positions among the online ones (not an
 average over batches, as mixing at insert time gives), and a ``offline`` column saying which
-rows are which, for per-source metrics.
+rows are which, for per-source metrics. A column only one source has (the recorded rows'
+``return_to_go``) is NaN in the other source's rows.
 """
 
 from __future__ import annotations
@@ -97,19 +98,24 @@ class MixedSource(ReplaySource):
         off = self.offline.sample(k) if k else None
         on = self.online.sample(len(is_offline) - k) if k < len(is_offline) else None
         out = {}
-        for name in (off or on):
-            first = (off or on)[name]
+        for name in dict.fromkeys([*(off or {}), *(on or {})]):
+            first = (off if off is not None and name in off else on)[name]  # type: ignore[index]
             merged = np.empty((len(is_offline), *first.shape[1:]), first.dtype)
-            if off is not None:
-                merged[is_offline] = off[name]
-            if on is not None:
-                merged[~is_offline] = on[name]
+            for rows, where in ((off, is_offline), (on, ~is_offline)):
+                if rows is not None:
+                    merged[where] = rows[name] if name in rows else missing_value(first.dtype)
             out[name] = merged
         out[SOURCE_COLUMN] = is_offline
         return out
 
     def stats(self) -> dict[str, float]:
         return {**self.online.stats(), "offline_rows": float(len(self.offline))}
+
+
+def missing_value(dtype: np.dtype) -> float | int:
+    """What a row of one source holds in a column only the other source has (the recorded rows'
+    ``return_to_go``): NaN in a float column, 0 otherwise."""
+    return float("nan") if np.dtype(dtype).kind in "fc" else 0
 
 
 def sample_batches(source: ReplaySource, batch_size: int, batches: int) -> dict[str, np.ndarray]:
