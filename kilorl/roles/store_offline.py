@@ -68,7 +68,9 @@ class StoreOfflineTable:
         return self.table.spec.name
 
     def __len__(self) -> int:
-        return len(self.table)
+        """The table's capacity: it holds exactly the dataset once loaded and nothing changes it
+        (no request to the workers, which a learner would otherwise send every update)."""
+        return self.table.spec.capacity
 
     def sample(self, batch_size: int) -> dict[str, np.ndarray]:
         return self.table.sample(batch_size).columns
