@@ -124,3 +124,30 @@ def _pendulum_rollout():
     final = {keys.FINAL_T: np.zeros(0, np.int64), keys.FINAL_ENV: np.zeros(0, np.int64),
              keys.OBS: np.zeros((0, 3), np.float32)}
     return Rollout(steps, last={keys.OBS: rng.uniform(-1, 1, (N, 3)).astype(np.float32)}, final=final)
+
+
+def test_over_two_workers_each_holds_its_slice_and_a_batch_draws_from_all_rows(tmp_path):
+    from kilorl.roles.store_offline import load_offline_table, rows_digest
+    from kilorl.store.replay.spec import make_spec
+    from tests.store.store_helpers import WorkerProcess
+
+    workers = []
+    try:
+        for name in ("a", "b"):
+            workers.append(WorkerProcess(tmp_path, "--shm-size", "64MiB", name=name).start())
+        rows = _rows(11)
+        schema = {k: (v.shape[1:], v.dtype) for k, v in rows.items()}
+        spec = make_spec(f"t/offline0/sac-0-{rows_digest(rows)}", schema, 11, seed=4)
+        table = load_offline_table([w.client() for w in workers], spec, rows)
+        assert [s["rows"] for s in table.table.info()["shards"]] == [6, 5]  # ceil(11 / 2), the rest
+        assert sorted(set(table.sample(3000)["reward"].tolist())) == sorted(rows["reward"].tolist())
+        again = load_offline_table([w.client() for w in workers], spec, rows)
+        assert again.loaded_rows == 0 and again.table.info()["inserted_rows"] == 11
+        table.close()
+        again.close()
+    finally:
+        for w in workers:
+            if w.alive():
+                w.proc.kill()
+                w.proc.wait(10)
+            w.remove_arena()
