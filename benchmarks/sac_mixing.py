@@ -40,14 +40,17 @@ ARMS = ("scratch", "offline", "mixed")
 EVAL_EPISODES = 10
 
 
-def arm_overrides(arm: str, dataset: Path, ratio: float, utd: float) -> list[str]:
-    """What each arm changes in the config."""
-    offline = f"replay_buffer={{backend: learner, offline: {{path: {dataset}, ratio: {{r}}}}}}"
+def arm_overrides(arm: str, dataset: Path, ratio: float, utd: float, backend: str = "learner",
+                  mixed: tuple[str, ...] = ()) -> list[str]:
+    """What each arm changes in the config; ``backend``: where the recorded rows live
+    (``store``: an immutable table on the store workers); ``mixed``: further overrides of the
+    mixed arm alone (RLPD's ``algo.num_qs=10``, ``algo.num_min_qs=2``)."""
+    offline = f"replay_buffer={{backend: {backend}, offline: {{path: {dataset}, ratio: {{r}}}}}}"
     if arm == "scratch":
         return []
     if arm == "offline":
         return ["parallelism.actor=0", offline.replace("{r}", "1.0")]
-    return [offline.replace("{r}", str(ratio)), f"algo.utd_ratio={utd}", "algo.critic_layer_norm=true"]
+    return [offline.replace("{r}", str(ratio)), f"algo.utd_ratio={utd}", "algo.critic_layer_norm=true", *mixed]
 
 
 def run_arm(arm: str, seed: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -57,7 +60,8 @@ def run_arm(arm: str, seed: int, args: argparse.Namespace, work: Path) -> dict[s
                  f"evaluation.episodes={EVAL_EPISODES}", "evaluation.keep_best=false", "evaluation.stop_return=null",
                  "train.stop_return=null", "train.torch_threads=1", "logging.progress=false",
                  "logging.tensorboard=false", *args.kilorl_override,
-                 *arm_overrides(arm, args.dataset.resolve(), args.ratio, args.utd)]
+                 *arm_overrides(arm, args.dataset.resolve(), args.ratio, args.utd, args.backend,
+                                tuple(args.mixed_override))]
     cmd = [sys.executable, "-m", "kilorl.cli.main", "train", str(args.config), "--run-dir", str(run_dir),
            "--seed", str(seed), *(a for o in overrides for a in ("-o", o))]
     t0 = time.time()
@@ -123,7 +127,8 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 def markdown(results: list[dict[str, Any]], summary: dict[str, Any], args: argparse.Namespace) -> str:
     lines = [f"{args.env_steps:,} env steps per run, evaluation every {args.eval_every:,} ({EVAL_EPISODES} greedy episodes); "
-             f"mixed: ratio {args.ratio}, utd_ratio {args.utd}, critic_layer_norm",
+             f"mixed: ratio {args.ratio}, utd_ratio {args.utd}, critic_layer_norm"
+             + "".join(f", {o}" for o in args.mixed_override) + f"; recorded rows on the {args.backend}",
              "", "| arm | seed | evaluations (env steps: return) | final | train time excl. eval (s) | gradient steps |"
              + (" real env return |" if args.eval_env_kwarg else ""),
              "|---|---|---|---|---|---|" + ("---|" if args.eval_env_kwarg else "")]
@@ -155,6 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-s", type=float, default=900.0, help="wall-clock budget per run, seconds")
     p.add_argument("--kilorl-override", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                    help="extra -o override for every run (repeatable)")
+    p.add_argument("--mixed-override", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="extra -o override for the mixed arm only (repeatable), e.g. algo.num_qs=10")
+    p.add_argument("--backend", choices=("learner", "store"), default="learner",
+                   help="where the recorded rows live (replay_buffer.backend of the offline and mixed arms)")
     p.add_argument("--eval-env-kwarg", action="append", default=[], metavar="KEY=VALUE",
                    help="also play every run's last policy on the env with these constructor arguments")
     p.add_argument("--real-episodes", type=int, default=20, help="episodes of that play")

@@ -83,8 +83,9 @@ class ReplayBufferConfig(Section):
     """Steps of reward summed per stored transition (None: the algorithm's ``n_step``); setting
     both to different values is an error."""
     offline: OfflineDataConfig | None = None
-    """Recorded data mixed into every batch at a fixed share, kept in the learner's process in
-    a table of its own that online inserts never evict (None: online data only)."""
+    """Recorded data mixed into every batch at a fixed share, kept in a table of its own that
+    online inserts never evict: on the store workers with ``backend: store`` (loaded once per
+    run), else in the learner's process (None: online data only)."""
 
     @model_validator(mode="after")
     def _store_only_options(self) -> ReplayBufferConfig:

@@ -121,8 +121,9 @@ class OfflineRows:
     """Recorded transitions a replay algorithm mixes into every batch (``replay_buffer.offline``)."""
 
     columns: dict[str, np.ndarray]
-    """``obs``, ``action`` (in the env's units), ``reward``, ``next_obs``, ``terminated``: one
-    row per recorded step."""
+    """``obs``, ``action`` (in the env's units), ``reward``, ``next_obs``, ``terminated``,
+    ``return_to_go`` (discounted within the episode, ``kilorl.datasets.returns``): one row per
+    recorded step."""
     ratio: float
     """Share of every sampled batch drawn from these rows: exactly ``round(ratio * B)``."""
     source: str = ""
@@ -157,6 +158,9 @@ class LearnerContext:
     the store workers); None: in this process (``kilorl.algos.common.RingTable``)."""
     offline: OfflineRows | None = None
     """Recorded data to mix into every batch at a fixed share (``replay_buffer.offline``)."""
+    offline_storage: OfflineStorageFactory | None = None
+    """Where the recorded rows live: an immutable table on the store workers (a ``replay_buffer``
+    section with ``backend: store``, ``kilorl.roles.store_offline``); None: in this process."""
 
 
 class RolloutBatch:
@@ -189,6 +193,10 @@ class ReplayStorage(Protocol):
 
 ReplayStorageFactory = Callable[[str, Mapping[str, tuple[tuple[int, ...], Any]], int, int], ReplayStorage]
 """``factory(table name, schema {column: (row shape, dtype)}, capacity, seed) -> ReplayStorage``."""
+
+OfflineStorageFactory = Callable[[str, Mapping[str, np.ndarray], int], Any]
+"""``factory(table name, rows {column: [n, ...]}, seed)``: a table holding exactly ``rows``, loaded
+at most once, with ``sample(batch_size)`` and ``len``, which nothing else inserts into."""
 
 
 class ReplaySource(abc.ABC):

@@ -41,7 +41,8 @@ def env_spaces(cfg: Config) -> tuple[gym.Space, gym.Space]:
 
 
 def learner_context(cfg: Config, obs_space: gym.Space, action_space: gym.Space, grad_comm: GradientComm,
-                    rank: int = 0, world: int = 1, replay_storage: Any = None) -> LearnerContext:
+                    rank: int = 0, world: int = 1, replay_storage: Any = None,
+                    offline_storage: Any = None) -> LearnerContext:
     """The small context an algorithm's learner is built with (not the whole run config)."""
     build = get_algorithm(cfg.algo.name).load("model")
     par, train = cfg.parallelism, cfg.train
@@ -51,7 +52,7 @@ def learner_context(cfg: Config, obs_space: gym.Space, action_space: gym.Space, 
         world_size=world, envs_per_env_runner=par.envs_per_actor, num_env_runners=par.actor,
         total_env_steps=train.total_env_steps, seed=train.seed, mixed_precision=train.mixed_precision,
         gradient_accumulation_steps=train.gradient_accumulation_steps, replay_storage=replay_storage,
-        offline=offline_rows(cfg, obs_space, action_space),
+        offline=offline_rows(cfg, obs_space, action_space), offline_storage=offline_storage,
     )
 
 
@@ -63,7 +64,8 @@ def build_algorithm(cfg: Config, grad_comm: GradientComm, spaces: tuple[gym.Spac
     under ``replay_prefix`` (``store_replay.table_prefix``; None: a fresh random one)."""
     obs_space, action_space = spaces or env_spaces(cfg)
     ctx = learner_context(cfg, obs_space, action_space, grad_comm, rank, world,
-                          replay_storage(cfg, store, rank, replay_prefix))
+                          replay_storage(cfg, store, rank, replay_prefix),
+                          offline_storage(cfg, store, rank, replay_prefix))
     return get_algorithm(cfg.algo.name).load("learner")(cfg.algo, ctx)
 
 
@@ -82,6 +84,22 @@ def replay_storage(cfg: Config, store: Any, rank: int = 0, prefix: str | None = 
     return store_replay_factory(connect, section, learner_scope(prefix or table_prefix(None), rank),
                                 batch_size=getattr(cfg.algo, "batch_size", 1), external_inserts=actors_insert(cfg),
                                 learning_starts=getattr(cfg.algo, "learning_starts", 0))
+
+
+def offline_storage(cfg: Config, store: Any, rank: int = 0, prefix: str | None = None) -> Any:
+    """Where the recorded rows of ``replay_buffer.offline`` live: an immutable table on the
+    store workers when the section's table is there (``kilorl.roles.store_offline``), else None
+    (the algorithm's own, in this process)."""
+    section = cfg.replay_buffer
+    if section is None or section.backend != "store" or section.offline is None:
+        return None
+    connect = getattr(store, "connect", None)
+    if connect is None:
+        return None  # replay_storage already refused this store
+    from kilorl.roles.store_offline import offline_scope, store_offline_factory
+    from kilorl.roles.store_replay import table_prefix
+
+    return store_offline_factory(connect, section, offline_scope(prefix or table_prefix(None), rank))
 
 
 class LearnerRole(Learner):

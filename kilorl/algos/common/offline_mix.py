@@ -4,13 +4,14 @@ The offline rows sit in a table of their own that online inserts never touch, so
 never evicted however often the online table wraps. Every batch of ``B`` rows holds exactly
 ``round(ratio * B)`` offline rows, at evenly spaced positions among the online ones (not an
 average over batches, as mixing at insert time gives), and a ``offline`` column saying which
-rows are which, for per-source metrics.
+rows are which, for per-source metrics. A column only one source has (the recorded rows'
+``return_to_go``) is NaN in the other source's rows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -20,6 +21,19 @@ from kilorl.core import Rollout
 
 SOURCE_COLUMN = "offline"
 """Bool column of a mixed batch: True where the row is recorded data."""
+
+
+class RecordedRows(Protocol):
+    """Where the recorded rows are sampled from: an ``OfflineTable`` in this process, or the
+    store workers' immutable table (``kilorl.roles.store_offline``)."""
+
+    def __len__(self) -> int: ...
+
+    def sample(self, batch_size: int) -> dict[str, np.ndarray]: ...
+
+    def rng_state(self) -> dict[str, Any] | None: ...
+
+    def set_rng_state(self, state: dict[str, Any]) -> None: ...
 
 
 class OfflineTable:
@@ -56,7 +70,7 @@ class MixedSource(ReplaySource):
     """The online table (the algorithm's adder inserts into it) and the offline rows, sampled
     at an exact per-batch split."""
 
-    def __init__(self, online: ReplaySource, offline: OfflineTable, ratio: float) -> None:
+    def __init__(self, online: ReplaySource, offline: RecordedRows, ratio: float) -> None:
         if not 0.0 <= ratio <= 1.0:
             raise ValueError(f"replay_buffer.offline.ratio must be in [0, 1], got {ratio}")
         self.online, self.offline, self.ratio = online, offline, ratio
@@ -84,19 +98,24 @@ class MixedSource(ReplaySource):
         off = self.offline.sample(k) if k else None
         on = self.online.sample(len(is_offline) - k) if k < len(is_offline) else None
         out = {}
-        for name in (off or on):
-            first = (off or on)[name]
+        for name in dict.fromkeys([*(off or {}), *(on or {})]):
+            first = (off if off is not None and name in off else on)[name]  # type: ignore[index]
             merged = np.empty((len(is_offline), *first.shape[1:]), first.dtype)
-            if off is not None:
-                merged[is_offline] = off[name]
-            if on is not None:
-                merged[~is_offline] = on[name]
+            for rows, where in ((off, is_offline), (on, ~is_offline)):
+                if rows is not None:
+                    merged[where] = rows[name] if name in rows else missing_value(first.dtype)
             out[name] = merged
         out[SOURCE_COLUMN] = is_offline
         return out
 
     def stats(self) -> dict[str, float]:
         return {**self.online.stats(), "offline_rows": float(len(self.offline))}
+
+
+def missing_value(dtype: np.dtype) -> float | int:
+    """What a row of one source holds in a column only the other source has (the recorded rows'
+    ``return_to_go``): NaN in a float column, 0 otherwise."""
+    return float("nan") if np.dtype(dtype).kind in "fc" else 0
 
 
 def sample_batches(source: ReplaySource, batch_size: int, batches: int) -> dict[str, np.ndarray]:

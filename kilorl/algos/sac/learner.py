@@ -21,7 +21,7 @@ from kilorl.algos import keys
 from kilorl.algos.api import AlgorithmLearner, LearnerContext
 from kilorl.algos.common.checkpointing import NamedParts
 from kilorl.algos.common.device import pick_device
-from kilorl.algos.common.offline_mix import SOURCE_COLUMN, MixedSource, OfflineTable, sample_batches
+from kilorl.algos.common.offline_mix import SOURCE_COLUMN, MixedSource, OfflineTable, RecordedRows, sample_batches
 from kilorl.algos.common.optimizer_step import OptimizerStep
 from kilorl.algos.common.targets import soft_update
 from kilorl.algos.common.transitions import COLUMNS, TransitionTable, load_table_state, table_state
@@ -87,7 +87,7 @@ class SACLearner(AlgorithmLearner):
         self.parts.optimizer("critic", self.critic_opt)
         self.parts.optimizer("temperature", self.alpha_opt)
         self.table: TransitionTable | None = None
-        self.offline: OfflineTable | None = None
+        self.offline: RecordedRows | None = None
         self.env_steps, self.updates, self.credit = 0, 0, 0.0
         """Env steps seen, critic steps taken, critic steps owed (fractional) by new env steps."""
         self.obs_rms, self.ret_rms = RunningMeanStd(ctx.obs_space.shape), RunningMeanStd(())
@@ -116,7 +116,9 @@ class SACLearner(AlgorithmLearner):
         rows["discount"] = (self.algo.gamma * (1.0 - terminated)).astype(np.float32)
         rows["reward"] = rows["reward"].astype(np.float32)
         rows["obs"], rows["next_obs"] = (rows[k].astype(space.dtype) for k in ("obs", "next_obs"))
-        self.offline = OfflineTable(rows, seed=self.ctx.seed * 1000 + 500 + self.ctx.rank)
+        seed = self.ctx.seed * 1000 + 500 + self.ctx.rank
+        make = self.ctx.offline_storage  # the store workers' immutable table, or one in this process
+        self.offline = make(f"sac-{self.ctx.rank}", rows, seed) if make is not None else OfflineTable(rows, seed)
         return MixedSource(self.table, self.offline, offline.ratio)
 
     def update(self, source: TransitionTable, env_steps_total: int) -> dict[str, float]:
@@ -208,8 +210,9 @@ class SACLearner(AlgorithmLearner):
     def state(self) -> dict[str, Any]:
         tensors, meta = self.parts.state()
         meta.update(env_steps=self.env_steps, credit=self.credit)
-        if self.offline is not None:  # the rows are the dataset's; only the sampler's place is state
-            meta["offline_rng"] = self.offline.rng_state()
+        offline_rng = self.offline.rng_state() if self.offline is not None else None
+        if offline_rng is not None:  # the rows are the dataset's; only the sampler's place is state
+            meta["offline_rng"] = offline_rng
         tensors.update(table_state(self.table, meta))
         return {
             "model": {k: v.detach().cpu() for k, v in self.actor.state_dict().items()},

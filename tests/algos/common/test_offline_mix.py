@@ -77,3 +77,14 @@ def test_sac_trains_on_a_mixed_table_and_reports_each_sources_q():
     source.add(_rollout(0))
     stats = learner.update(source, 32)
     assert stats["gradient_steps"] == 32 and {"offline_q_mean", "online_q_mean"} <= set(stats)
+
+
+def test_a_column_only_the_recorded_rows_have_is_nan_in_the_online_rows():
+    rows = {"obs": np.full((8, 3), 9.0, np.float32), "action": np.zeros((8, 2), np.float32),
+            "reward": np.full(8, -1.0, np.float32), "next_obs": np.zeros((8, 3), np.float32),
+            "discount": np.ones(8, np.float32), "return_to_go": np.full(8, 7.0, np.float32)}
+    source = MixedSource(_online(100), OfflineTable(rows, seed=0), ratio=0.25)
+    source.add(_rollout(0))
+    batch = source.sample(16)
+    assert batch["offline"].sum() == 4 and (batch["return_to_go"][batch["offline"]] == 7.0).all()
+    assert np.isnan(batch["return_to_go"][~batch["offline"]]).all()
