@@ -67,7 +67,13 @@ class WorkerProcess:
                 return data if data["pid"] == self.proc.pid else None
             return None
 
-        self.info = wait_until(ready, timeout, what="worker start")
+        try:
+            self.info = wait_until(ready, timeout, what="worker start")
+        except AssertionError:  # a start that failed leaves no process behind
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(10)
+            raise
         self.port = self.info["port"]
         return self
 
