@@ -5,10 +5,14 @@
 Per seed, one after the other: ``kilorl train examples/rooms_hierarchical.yaml`` and
 ``kilorl train examples/rooms_ppo.yaml`` with the same ``train.total_env_steps`` (the
 hierarchical run's env steps count its decision steps too, so it moves less), then ``kilorl
-eval RUN --episodes 100`` of each final checkpoint, stochastic and deterministic, on seeds
+eval RUN --episodes 100`` of each run's result, stochastic and deterministic, on seeds
 from 1,000,000 (training drew its episodes from the seed's own stream). The reward is 1 at
 the goal and 0 otherwise, so a mean return (the high policy's for the two levels, the run's
-for flat PPO) is the fraction of episodes that reached the goal.
+for flat PPO) is the fraction of episodes that reached the goal. Both examples evaluate 50
+episodes every 20K env steps during training (seeds from 2,000,000) and keep the best: that is
+the run's result, the checkpoint ``kilorl eval RUN`` plays (``best_eval`` and ``best_step`` in a
+row: its evaluation during training). ``--rooms N``: an N x N grid of rooms instead of the
+examples' 3 x 3.
 
 ``--uniform-high RUN_DIR``: instead, play a two-level run's final checkpoint with the high
 level's action head zeroed (options drawn uniformly, the low level as trained), 100 stochastic
@@ -39,6 +43,17 @@ def success(run_dir: Path, stochastic: bool) -> float:
     return float(per_policy["high"] if per_policy else out["episode_return_mean"])
 
 
+def best_eval(run_dir: Path) -> dict[str, float | None]:
+    """The kept policy's evaluation during training, and the run's env steps at its end."""
+    from kilorl.trainer.metrics import read_metrics
+
+    rows = read_metrics(run_dir)
+    evals = [r for r in rows if "eval_return_mean" in r]
+    best = max(evals, key=lambda r: (r["eval_return_mean"], r["env_steps"]), default=None)
+    return {"best_eval": best and best["eval_return_mean"], "best_step": best and best["env_steps"],
+            "env_steps": rows[-1]["env_steps"] if rows else None}
+
+
 def uniform_high(run_dir: Path) -> float:
     """Success of ``run_dir``'s final checkpoint with uniform options (``--uniform-high``)."""
     import numpy as np
@@ -63,6 +78,7 @@ def main() -> None:
     p.add_argument("--seeds", default="1", help="comma-separated seeds")
     p.add_argument("--steps", type=int, default=None, help="train.total_env_steps (default: the examples')")
     p.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, of {', '.join(RUNS)}")
+    p.add_argument("--rooms", type=int, default=None, help="an N x N grid of rooms (default: the examples' 3)")
     p.add_argument("--runs-dir", default="/tmp/rooms_hierarchy_runs")
     p.add_argument("--out", default=None)
     p.add_argument("--uniform-high", type=Path, default=None, metavar="RUN_DIR")
@@ -74,16 +90,20 @@ def main() -> None:
     for seed in (int(s) for s in args.seeds.split(",")):
         for name in args.runs.split(","):
             example = RUNS[name]
-            run_dir = Path(args.runs_dir) / f"{name}-seed{seed}"
+            run_dir = Path(args.runs_dir) / f"{name}-rooms{args.rooms or 3}-seed{seed}"
             cmd = [*KILORL, "train", example, "--run-dir", str(run_dir), "--seed", str(seed)]
             if args.steps is not None:
                 cmd += ["-o", f"train.total_env_steps={args.steps}"]
+            if args.rooms is not None:
+                rooms = "env.kwargs.env_kwargs.rooms" if name == "hierarchical" else "env.kwargs.rooms"
+                cmd += ["-o", f"{rooms}={args.rooms}"]
             t0 = time.perf_counter()
             subprocess.run(cmd, check=True, cwd=REPO, env=os.environ | {"PYTHONUNBUFFERED": "1"},
                            stdout=subprocess.DEVNULL)
             wall = time.perf_counter() - t0
-            row = {"run": name, "seed": seed, "wall_s": round(wall, 1),
-                   "success_stochastic": success(run_dir, True), "success_deterministic": success(run_dir, False)}
+            row = {"run": name, "rooms": args.rooms or 3, "seed": seed, "wall_s": round(wall, 1), **best_eval(run_dir),
+                   "success_stochastic": success(run_dir, True), "success_deterministic": success(run_dir, False),
+                   "load": os.getloadavg()}
             rows.append(row)
             print(json.dumps(row), flush=True)
     if args.out:

@@ -232,6 +232,11 @@ class EvaluationConfig(_Section):
     """Keep the best evaluated policy so far (ties go to the later one) in
     ``checkpoints/best``: the run's result and what ``kilorl eval RUN_DIR`` plays. A resume
     still continues from the newest checkpoint."""
+    policy: str | None = None
+    """With several policies (``multi_agent.policies``): the policy whose mean return (the sum
+    over its own agents) an evaluation is judged on (``eval_return_mean``, ``stop_return``,
+    ``keep_best``); None: the episode's return, summed over all agents. A hierarchy's high
+    level earns the env reward alone, so its return is the task's."""
 
     @model_validator(mode="after")
     def _needs_a_cadence(self) -> EvaluationConfig:
@@ -331,9 +336,12 @@ class Config(_Section):
                                      "stored transitions would keep the statistics of the moment they were added")
         if self.multi_agent is not None:
             self.multi_agent.check_run(self.algo.name, spec.alive_mask, self.model.actor_inputs,
-                                       self.evaluation.every_env_steps)
+                                       self.evaluation.every_env_steps, self.evaluation.policy)
             if self.multi_agent.several:
                 check_policies(self, _messages)
+        elif self.evaluation.policy is not None:
+            raise ValueError(f"evaluation.policy={self.evaluation.policy!r}: names one of several policies "
+                             "(multi_agent.policies); this run has no multi_agent section")
         if self.algo.discount is None and self.env.normalize_reward:
             raise ValueError(f"env.normalize_reward: algo.name={self.algo.name} declares no discount to scale by")
 

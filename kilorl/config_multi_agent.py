@@ -116,15 +116,19 @@ class MultiAgentConfig(Section):
                              "so far")
 
     def check_run(self, algo_name: str, alive_mask: bool, actor_inputs: int | None,
-                  eval_every_env_steps: int | None) -> None:
+                  eval_every_env_steps: int | None, eval_policy: str | None = None) -> None:
         """What the section needs of the algorithm (``alive_mask``: its losses leave dead agent
         columns out), the model and evaluation; errors name the field."""
         if self.centralized_critic == "state" and actor_inputs is None:
             raise ValueError("multi_agent.centralized_critic: state needs model.actor_inputs, the size of one agent's "
                              "own observation (the policy's input; the critic sees the global state after it)")
-        if eval_every_env_steps is not None:
-            raise ValueError("evaluation.every_env_steps: evaluation episodes of a PettingZoo environment "
-                             "(multi_agent) are not supported yet; training rows carry each agent's returns")
+        if eval_every_env_steps is not None and not self.several:
+            raise ValueError("evaluation.every_env_steps: evaluation episodes of a PettingZoo environment with one "
+                             "policy are not supported yet (with several, multi_agent.policies, they are); training "
+                             "rows carry each agent's returns")
+        if eval_policy is not None and eval_policy not in self.policies:
+            raise ValueError(f"evaluation.policy: {eval_policy!r} is not in multi_agent.policies "
+                             f"({sorted(self.policies)})")
         if not alive_mask:
             raise ValueError(f"multi_agent: algo.name={algo_name} does not mask dead agent columns out of its "
                              "losses, so it cannot train on a PettingZoo environment")

@@ -35,7 +35,8 @@ def policy_configs(cfg: RunConfig, describe: Callable[[ValidationError], str]) -
     for name, policy in section.policies.items():
         data: dict[str, Any] = {**run, "multi_agent": {**run["multi_agent"], "policies": {name: {}},
                                                        "policy_mapping": {"*": name}, "policies_to_train": None,
-                                                       "hierarchy": None}}
+                                                       "hierarchy": None},
+                            "evaluation": {}}  # the run evaluates every policy together; a view, none
         if policy.algo is not None:
             data["algo"] = policy.algo
         if policy.model is not None:

@@ -82,9 +82,20 @@ def test_a_centralized_critic_needs_the_policys_input_size():
     assert cfg.model.actor_inputs == 18
 
 
-def test_evaluation_during_training_is_refused_with_a_multi_agent_section():
-    with pytest.raises(ConfigError, match=r"evaluation.every_env_steps: evaluation episodes of a PettingZoo"):
+def test_evaluation_during_training_is_refused_with_one_policy_over_the_agents():
+    with pytest.raises(ConfigError, match=r"evaluation.every_env_steps: evaluation episodes of a PettingZoo "
+                                          r"environment with one policy"):
         config({"policies": {"shared": {}}, "policy_mapping": {"*": "shared"}}, evaluation={"every_env_steps": 1000})
+
+
+def test_evaluation_judges_a_named_policy_of_several_and_refuses_an_unknown_one():
+    two = {"policies": {"top": {}, "bottom": {}}, "policy_mapping": {"high": "top", "low": "bottom"}}
+    cfg = config(two, evaluation={"every_env_steps": 1000, "keep_best": True, "policy": "top"})
+    assert cfg.evaluation.policy == "top"
+    with pytest.raises(ConfigError, match=r"evaluation.policy: 'ghost' is not in multi_agent.policies"):
+        config(two, evaluation={"every_env_steps": 1000, "policy": "ghost"})
+    with pytest.raises(ConfigError, match=r"evaluation.policy='top': names one of several policies"):
+        config_from_dict({"env": {"id": "CartPole-v1"}, "evaluation": {"every_env_steps": 1000, "policy": "top"}})
 
 
 LEVELS = {"policies": {"top": {}, "bottom": {}}, "policy_mapping": {"high": "top", "low": "bottom"}}

@@ -19,6 +19,7 @@ from kilorl.roles.learner import LearnerRole
 
 if TYPE_CHECKING:
     from kilorl.config import Config
+    from kilorl.roles.agent_evaluation import AgentEpisodeRunner, AgentEpisodes
 
 
 class PolicyLearners(Learner):
@@ -32,6 +33,8 @@ class PolicyLearners(Learner):
         ``policies``: the ones this process trains (None: all); the trainer starts a process per
         policy, each placed on its policy's nodes (``resources.policies``)."""
         assert cfg.multi_agent is not None
+        self.cfg = cfg
+        self._episodes: AgentEpisodeRunner | None = None
         views = cfg.policy_configs()
         unknown = sorted(set(policies or []) - set(views))
         if unknown:
@@ -80,7 +83,25 @@ class PolicyLearners(Learner):
         return CheckpointFiles(files, {POLICIES_DIR: meta})
 
     def evaluate(self, episodes: int, seed: int, deterministic: bool = True) -> list[float]:
-        raise ValueError("evaluation.every_env_steps: evaluation episodes of several policies are not supported yet")
+        """Episode returns (summed over agents) with this process's policies; every policy's
+        must be here (else ``evaluate_policies`` with every group's ``policy_states``)."""
+        return self.evaluate_policies(self.policy_states(), episodes, seed, deterministic).returns
+
+    def policy_states(self) -> dict[str, dict[str, Any]]:
+        """What playing each of this process's policies needs; an evaluation during training
+        gathers every group's (each policy's learners are a process group of their own)."""
+        return {name: role.algorithm.policy_state() for name, role in self.roles.items()}
+
+    def evaluate_policies(self, states: dict[str, dict[str, Any]], episodes: int, seed: int,
+                          deterministic: bool = True) -> AgentEpisodes:
+        """Whole episodes with every policy's ``states[policy]`` on an environment of this
+        process's own, built at the first call (as ``kilorl eval`` plays a checkpoint); the
+        training state (weights, RNG) is left as it was."""
+        from kilorl.roles.agent_evaluation import AgentEpisodeRunner
+
+        if self._episodes is None:
+            self._episodes = AgentEpisodeRunner(self.cfg)
+        return self._episodes.play(states, episodes, seed, deterministic)
 
     def weights_digest(self) -> float:
         return sum(role.weights_digest() for role in self.roles.values())

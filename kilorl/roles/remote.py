@@ -190,5 +190,14 @@ class LearnerProcess(Learner):
     def evaluate(self, episodes: int, seed: int, deterministic: bool = True) -> list[float]:
         return self._role.evaluate(episodes, seed, deterministic)
 
+    def policy_states(self) -> dict[str, dict[str, Any]]:
+        """Several policies: this group's (``PolicyLearners.policy_states``)."""
+        return self._role.policy_states()
+
+    def evaluate_policies(self, states: dict[str, dict[str, Any]], episodes: int, seed: int,
+                          deterministic: bool = True) -> Any:
+        """Several policies: episodes with every group's states (``PolicyLearners.evaluate_policies``)."""
+        return self._role.evaluate_policies(states, episodes, seed, deterministic)
+
     def weights_digest(self) -> float:
         return self._role.weights_digest()

@@ -7,7 +7,9 @@ evaluated 269 (seed 3, docs/benchmarks.md). An evaluation plays whole episodes w
 policy the learner holds now, so a run that stops on it keeps the policy it measured.
 
 Learner 0 plays the episodes between two updates: its weights are the version just
-published, and the checkpoint the trainer writes next holds that same policy.
+published, and the checkpoint the trainer writes next holds that same policy. With several
+policies (a learner group each) every group's rank 0 hands over its policies' states first and
+the first group's rank 0 plays them all.
 """
 
 from __future__ import annotations
@@ -48,25 +50,43 @@ class EvaluationSchedule:
     def due(self, env_steps: int) -> bool:
         return self.next_due is not None and env_steps >= self.next_due
 
-    def run(self, learner: Any, env_steps: int) -> dict[str, float]:
-        """Evaluate on ``learner`` (a Ray actor handle) now; the statistics for the metrics row."""
+    def run(self, rank_zeros: list[Any], env_steps: int, several: bool = False) -> dict[str, float]:
+        """Evaluate now on ``rank_zeros[0]`` (Ray actor handles: each learner group's rank 0);
+        ``several``: a group per policy, whose states are gathered first. The statistics for
+        the metrics row; ``eval_return_mean`` is the mean judged on (``evaluation.policy``'s
+        return, or the episode's), ``eval_return_mean/<policy>`` each policy's."""
         import ray
 
         try:
-            returns = ray.get(learner.evaluate.remote(self.cfg.episodes, self.cfg.seed, self.cfg.deterministic))
+            returns, per_policy = self._play(rank_zeros, several)
         except ray.exceptions.RayActorError as err:
             raise LearnerLost(f"learner 0 died during an evaluation ({type(err).__name__})") from err
         every = self.cfg.every_env_steps
         while self.next_due is not None and self.next_due <= env_steps:
             self.next_due += every  # type: ignore[operator]
-        mean = self.last_mean = float(np.mean(returns))
+        judged = per_policy[self.cfg.policy] if self.cfg.policy is not None else returns
+        mean = self.last_mean = float(np.mean(judged))
         self.improved = self.best_mean is None or mean >= self.best_mean
         if self.improved:
             self.best_mean = mean
         stop = self.cfg.stop_return
         self._in_a_row = self._in_a_row + 1 if stop is not None and mean >= stop else 0
-        return {"eval_return_mean": mean, "eval_return_std": float(np.std(returns)),
-                "eval_return_min": float(np.min(returns))}
+        return {"eval_return_mean": mean, "eval_return_std": float(np.std(judged)),
+                "eval_return_min": float(np.min(judged)),
+                **{f"eval_return_mean/{name}": float(np.mean(r)) for name, r in per_policy.items()}}
+
+    def _play(self, rank_zeros: list[Any], several: bool) -> tuple[list[float], dict[str, list[float]]]:
+        """Episode returns, and each policy's (several policies) or ``{}``."""
+        import ray
+
+        cfg = self.cfg
+        if not several:
+            return ray.get(rank_zeros[0].evaluate.remote(cfg.episodes, cfg.seed, cfg.deterministic)), {}
+        states: dict[str, Any] = {}
+        for part in ray.get([h.policy_states.remote() for h in rank_zeros]):
+            states.update(part)
+        played = ray.get(rank_zeros[0].evaluate_policies.remote(states, cfg.episodes, cfg.seed, cfg.deterministic))
+        return played.returns, played.policy_returns
 
     def reached(self) -> bool:
         """The last ``stop_consecutive`` evaluations all met ``stop_return``."""

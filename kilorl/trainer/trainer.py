@@ -257,7 +257,7 @@ class Trainer:
             env_steps = it.env_steps
             if evals.due(env_steps):
                 t_eval = time.perf_counter()
-                it.stats.update(evals.run(roles.learners[0], env_steps))
+                it.stats.update(evals.run(roles.rank_zeros(), env_steps, roles.learners_per_policy))
                 if evals.improved and self.cfg.evaluation.keep_best:
                     files = roles.checkpoint_files()
                     ckpt.save_best(files, {**reporter.checkpoint_meta(env_steps, it.iteration),

@@ -134,3 +134,28 @@ def test_kilorl_eval_picks_the_best_the_latest_or_a_step_checkpoint_of_a_run(ray
 
     assert [r["env_steps"] for r in evaluations(run)] == [256, 512, 768, 1024]  # kilorl plot's dashed line
     assert plot_runs([run], tmp_path / "c.png").stat().st_size > 1000
+
+
+def test_a_hierarchy_is_judged_on_its_high_level_and_keeps_both_levels_as_evaluated(ray_local, tmp_path):
+    """Several policies, a learner group each: every group hands over its policy and both levels
+    play; the best checkpoint replays the evaluated episodes exactly (the low level's return,
+    option bonus included, depends on both levels' weights)."""
+    from tests.roles.test_option_rollouts import LEVELS, ROOMS
+
+    run = tmp_path / "run"
+    cfg = tiny_config(env=ROOMS, multi_agent=LEVELS, parallelism={"actor": 1, "envs_per_actor": 3},
+                      algo={"rollout_length": 40, "num_minibatches": 1, "update_epochs": 1},
+                      train={"total_env_steps": 720, "pipeline_depth": 1},
+                      evaluation={"every_env_steps": 240, "episodes": 4, "deterministic": False, "keep_best": True,
+                                  "policy": "top"})
+    result = Trainer(cfg, run).fit()
+    rows = [r for r in read_metrics(run) if "eval_return_mean" in r]
+    assert [r["env_steps"] for r in rows] == [240, 480, 720]
+    assert all(r["eval_return_mean"] == r["eval_return_mean/top"] and "eval_return_mean/bottom" in r for r in rows)
+    best = max(r["eval_return_mean"] for r in rows)
+    best_row = [r for r in rows if r["eval_return_mean"] == best][-1]  # ties: the later one
+    _, meta = load_checkpoint(result.checkpoint)
+    assert result.checkpoint == best_checkpoint(run) and meta["env_steps"] == best_row["env_steps"]
+    again = evaluate(run, episodes=4, deterministic=False, seed=cfg.evaluation.seed)
+    assert again.policy_return_means == {"top": best_row["eval_return_mean/top"],
+                                         "bottom": best_row["eval_return_mean/bottom"]}
