@@ -77,6 +77,9 @@ def main() -> int:
     parser.add_argument("--env-steps", type=int, default=60_000)
     parser.add_argument("--envs", type=int, default=8, help="env copies of the local env runner")
     parser.add_argument("--eval-episodes", type=int, default=0)
+    parser.add_argument("--vf-clip", type=float, default=1e6,
+                        help="RLlib's vf_clip_param (it clips the value loss itself; its default 10 is below "
+                             "simple_spread's squared value errors, returns ~-25 per agent)")
     args = parser.parse_args()
 
     import ray
@@ -98,7 +101,8 @@ def main() -> int:
             model_config={"fcnet_hiddens": [64, 64], "fcnet_activation": "tanh", "vf_share_layers": False})}))
         .training(gamma=0.99, lambda_=0.95, lr=7e-4, num_epochs=10, clip_param=0.2, entropy_coeff=0.01,
                   grad_clip=10.0, train_batch_size_per_learner=rollout * args.envs,
-                  minibatch_size=rollout * args.envs * 3 // 4, vf_loss_coeff=0.5, use_kl_loss=False)
+                  minibatch_size=rollout * args.envs * 3 // 4, vf_loss_coeff=0.5, use_kl_loss=False,
+                  vf_clip_param=args.vf_clip)
         .reporting(metrics_num_episodes_for_smoothing=20)
         .debugging(seed=args.seed)
     )
@@ -109,7 +113,7 @@ def main() -> int:
         result = algo.train()
         steps = result["env_runners"]["num_env_steps_sampled_lifetime"]
     train_s = time.time() - t0
-    out = {"policy": "rllib PPO (shared p0)", "seed": args.seed, "env_steps": int(steps),
+    out = {"policy": "rllib PPO (shared p0)", "seed": args.seed, "vf_clip": args.vf_clip, "env_steps": int(steps),
            "return": float(result["env_runners"]["episode_return_mean"]),
            "iterations": int(result["training_iteration"]), "train_s": train_s}
     if args.eval_episodes:
