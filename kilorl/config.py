@@ -192,6 +192,10 @@ class TrainConfig(_Section):
     ``kilorl.roles.heap``); 0 keeps the C library's defaults."""
     stop_return: float | None = None
     """Stop early once the rolling episode return reaches this (None: run to the end)."""
+    time_budget_s: float | None = Field(default=None, gt=0)
+    """Stop after this many seconds of training (start-up not counted), at the first iteration
+    past it, and checkpoint that state as at the end of ``total_env_steps`` (Sample Factory's
+    ``train_for_seconds``, RLlib's ``time_total_s`` stop); None: no time limit."""
     restart_timeout_s: float = Field(default=120.0, gt=0)
     """Seconds every data path (``on_policy``, ``replay``, ``queue``) waits for a lost
     rollout to come again: from a batch slot's first failure (its env runner died and is being

@@ -29,6 +29,8 @@ class Reporter:
         self.startup = startup
         self.loop_t0 = time.time()
         self.last_t, self.last_steps = self.loop_t0, int(meta.get("env_steps", 0))
+        self.time_up = False
+        """The last iteration observed ended past ``train.time_budget_s`` of training (start-up excluded)."""
 
     @property
     def return_mean(self) -> float | None:
@@ -52,7 +54,10 @@ class Reporter:
                 self.agent_returns.setdefault(agent, deque(maxlen=self.cfg.logging.return_window)).extend(returns)
         solved = self.solved()
         now = time.time()
-        if now - self.last_t >= self.cfg.logging.report_every_s or it.last or solved or "eval_return_mean" in it.stats:
+        budget = self.cfg.train.time_budget_s
+        self.time_up = budget is not None and now - self.loop_t0 >= budget
+        ending = it.last or solved or self.time_up
+        if now - self.last_t >= self.cfg.logging.report_every_s or ending or "eval_return_mean" in it.stats:
             self.metrics.report(self._row(it, now))
             self.last_t, self.last_steps = now, it.env_steps
         return solved

@@ -267,7 +267,7 @@ class Trainer:
             solved = reporter.observe(it) or evals.reached()
             if ckpt.due(env_steps):
                 save()
-            if solved:
+            if solved or reporter.time_up:
                 break
             if roles.monitor is not None:
                 roles.monitor.refresh()  # exporters for nodes that joined mid-run
