@@ -157,8 +157,10 @@ def _env_maker(env_id: str) -> Any:
 
 
 def run(env_id: str, seed: int, threshold: float, window: int, deadline: float, algo: str = "ppo",
-        eval_every: int | None = None, eval_episodes: int = 10, eval_seed: int = 2_000_000) -> dict[str, Any]:
-    """Train until the threshold, the deadline or rl-zoo's n_timesteps; return the measurements."""
+        eval_every: int | None = None, eval_episodes: int = 10, eval_seed: int = 2_000_000,
+        total_steps: int | None = None) -> dict[str, Any]:
+    """Train until the threshold, the deadline or rl-zoo's n_timesteps (``total_steps`` when
+    given); return the measurements."""
     import torch
 
     torch.set_num_threads(1)
@@ -186,7 +188,7 @@ def run(env_id: str, seed: int, threshold: float, window: int, deadline: float, 
                 policy_kwargs=policy_kwargs or None, **resolve_schedules(entry.algo_kwargs))
     callback = (_eval_callback(env_id, threshold, eval_every, eval_episodes, eval_seed, deadline) if eval_every
                 else _threshold_callback(threshold, window, deadline))
-    model.learn(total_timesteps=entry.n_timesteps, callback=callback)
+    model.learn(total_timesteps=total_steps or entry.n_timesteps, callback=callback)
     end = time.time()
     env.close()
     result: dict[str, Any] = {
@@ -222,9 +224,10 @@ def main() -> int:
                    help="threshold on greedy evaluations every N env steps (default: on training episodes)")
     p.add_argument("--eval-episodes", type=int, default=10)
     p.add_argument("--eval-seed", type=int, default=2_000_000, help="seed of each evaluation's first episode (kiloRL's default)")
+    p.add_argument("--total-steps", type=int, help="train this many env steps instead of the rl-zoo entry's n_timesteps")
     args = p.parse_args()
     result = run(args.env, args.seed, args.threshold, args.window, args.deadline, args.algo,
-                 args.eval_every, args.eval_episodes, args.eval_seed)
+                 args.eval_every, args.eval_episodes, args.eval_seed, args.total_steps)
     args.out.write_text(json.dumps(result))
     return 0
 

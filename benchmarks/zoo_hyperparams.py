@@ -65,6 +65,11 @@ hyperparams/sac.yml), the entry ``examples/pendulum_sac.yaml`` copies:
       n_timesteps: 20000
       policy: 'MlpPolicy'
       learning_rate: !!float 1e-3
+
+    HalfCheetah-v3: &mujoco-defaults
+      n_timesteps: !!float 1e6
+      policy: 'MlpPolicy'
+      learning_starts: 10000
 """
 
 from __future__ import annotations
@@ -142,6 +147,10 @@ ZOO_SAC: dict[str, ZooEntry] = {
     # hyperparams/sac.yml at ZOO_SAC_COMMIT; n_envs unset: rl-zoo's 1.
     "Pendulum-v1": ZooEntry(zoo_key="Pendulum-v1", n_envs=1, n_timesteps=20_000,
                             algo_kwargs=dict(learning_rate=1e-3)),
+    # HalfCheetah-v3 is rl-zoo's key (its MuJoCo defaults: 1e6 steps, learning_starts 10000); v5 is
+    # the same task on the maintained MuJoCo bindings.
+    "HalfCheetah-v5": ZooEntry(zoo_key="HalfCheetah-v3", n_envs=1, n_timesteps=1_000_000,
+                               algo_kwargs=dict(learning_starts=10_000)),
 }
 """rl-zoo's SAC entries; unset keys take SB3's SAC defaults (buffer 1e6, batch 256,
 learning_starts 100, tau 0.005, gamma 0.99, train_freq 1, gradient_steps 1, ent_coef auto,
