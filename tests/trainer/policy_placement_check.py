@@ -78,6 +78,8 @@ def main() -> None:
             missing_error = str(err)
         print(json.dumps({"planned": planned, "ran": ran, "zone_of": zone_of, "parts": parts,
                           "steps": [it.env_steps for it in results], "stats": sorted(results[-1].stats), "digests": digests,
+                          "skips": {k: v for k, v in results[-1].stats.items()
+                                    if k.split("/")[0] in ("skipped_update", "stale_rollouts", "lost_rollouts", "republished")},
                           "missing_error": missing_error}))
     finally:
         ray.shutdown()

@@ -25,7 +25,7 @@ def test_two_raylets_each_policys_learner_group_runs_on_its_labelled_node_and_tr
     assert r["steps"] == [32, 64]
     first, rest = r["digests"][:2], r["digests"][2:]
     assert first[0] == first[1] and rest[0] == rest[1] and first[0] != rest[0]  # ranks of a policy agree
-    assert {"policy_loss/first", "policy_loss/rest"} <= set(r["stats"])
+    assert {"policy_loss/first", "policy_loss/rest"} <= set(r["stats"]), r["skips"]  # once missing at load 10: why
     assert r["parts"] == ["first", "rest"]
     assert "resources.policies.rest.nodes" in r["missing_error"] and "'zone=mars'" in r["missing_error"]
     assert "learner/rest" in r["missing_error"]
