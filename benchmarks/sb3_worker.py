@@ -117,6 +117,11 @@ def _eval_callback(env_id: str, threshold: float, every: int, episodes: int, see
         def _on_training_start(self) -> None:
             self.train_start = time.time()
 
+        def _on_training_end(self) -> None:
+            # learn() returns after its last update without starting another rollout: an
+            # evaluation due at the last step (100k of 100k) happens here
+            self._on_rollout_start()
+
         def _on_rollout_start(self) -> None:
             if self.num_timesteps < self.next_due or self.reached is not None:
                 return
