@@ -199,3 +199,32 @@ def test_a_restarted_head_puts_the_durable_versions_it_recovered_from_l2_back_in
             w.proc.kill()
             w.proc.wait(10)
         w.remove_arena()
+
+
+@pytest.mark.timeout(180)
+def test_the_newest_version_whose_bytes_died_with_their_worker_can_be_published_again_under_its_number(cluster_of):
+    """The history outlives the bytes (replicated on the survivors); a publisher restores the
+    version its readers wait for under the same number, and only while no worker holds it."""
+    from kilorl.store import ObjectLost
+
+    cluster = cluster_of("builtin")
+    a, b, c = cluster.start(3)
+    with b.client() as cb:  # B holds the bytes of both versions; nobody read them elsewhere
+        for v in (1, 2):
+            cb.publish("p", payload(v, 4096), version=v)
+    b.kill9()
+    cluster.members.remove(b)
+    cluster.wait_ring(2)
+    with c.client() as cc, a.client() as ca:
+        assert cc.latest_version("p") == 2  # the history survived B
+        with pytest.raises(ObjectLost):
+            cc.get_version("p", 2)
+        with pytest.raises(InvalidRequest, match="not newer"):
+            cc.publish("p", payload(1, 4096), version=1)  # only the newest number is restored
+        assert cc.publish("p", payload(2, 4096), version=2) == 2
+        assert ca.latest_version("p") == 2  # restored in place: no second entry
+        for reader in (ca, cc):
+            np.testing.assert_array_equal(np.asarray(reader.get_version("p", 2).value), payload(2, 4096))
+        with pytest.raises(InvalidRequest, match="not newer"):
+            ca.publish("p", payload(7, 4096), version=2)  # held again: the number is taken as before
+        assert ca.publish("p", payload(3, 4096), version=3) == 3

@@ -10,6 +10,14 @@ from its table, and the memory returns once that worker's last reader lets go.
 
 Owner-side ops: ``c.ver_reserve`` (the number a publish will use), ``c.ver_commit``,
 ``c.ver_get`` and ``c.ver_wait`` (a long poll, so ``wait_version`` wakes on commit).
+
+A history outlives the bytes it names when it is replicated on a member that survived the
+worker holding them (a worker killed and restarted empty, maybe under its old member id
+before the others saw it go). A publish of the newest number is then a *restore*: the owner
+finds no live copy of that version (``bytes_lost``) and lets the number be written again, in
+place, without appending to the history. Without it the publisher's republish of the
+version its readers wait for was refused as "not newer", and they waited for bytes no worker
+held (``tests/store/test_store_mesh_versions.py``).
 """
 
 from __future__ import annotations
@@ -62,8 +70,34 @@ class VersionIndex:
         if version is None:
             return {"version": (held[-1] if held else 0) + 1}
         if held and version <= held[-1]:
+            if version == held[-1] and self.bytes_lost(version_key(name, version)):
+                return {"version": version, "restore": True}
             raise InvalidRequest(f"version: {name!r} is at version {held[-1]}; {version} is not newer")
         return {"version": version}
+
+    def bytes_lost(self, hidden: str) -> bool:
+        """No live worker holds the version under ``hidden`` at its record's number, and it is
+        not durable (a durable version is read back from L2)."""
+        try:  # the record from its owners, else from any worker holding the bytes (a migration in flight)
+            located = self.node.reads.lookup(hidden, set(), register=False)
+        except StoreError:
+            return False  # nobody can say now: refuse as before, the caller retries
+        if located is None:
+            return self.node.copies.version(hidden) is None
+        rec = located.rec
+        if rec.durable:
+            return False
+        live = self.node.membership.view.members
+        for member in dict.fromkeys([rec.holder, *rec.copies]):
+            if member not in live:
+                continue
+            try:
+                got = self.node.call_member(member, {"op": "c.has", "key": hidden}).get("rec")
+            except StoreError:
+                continue
+            if got is not None and MetaRecord.from_wire(got).ver == rec.ver:
+                return False
+        return True
 
     def commit(self, h: dict[str, Any], _payload: Any) -> dict[str, Any]:
         name, version, keep = arg(h, "name", str), arg(h, "version", int), max(1, arg(h, "keep", int))
@@ -71,6 +105,9 @@ class VersionIndex:
         with self.changed:
             rec = self.node.records.get(key)
             held = list(rec.meta.get("held", [])) if rec is not None else []
+            if held and version == held[-1] and arg(h, "restore", bool, False):
+                self.changed.notify_all()  # the bytes of the newest version are back: nothing to append
+                return {"held": held}
             if held and version <= held[-1]:
                 raise InvalidRequest(f"version: {name!r} is at version {held[-1]}; {version} is not newer")
             held.append(version)
@@ -115,17 +152,26 @@ class MeshVersions(VersionBook):
     def __init__(self, node: MeshNode, keep: int):
         self.node = node
         self.keep = keep
+        self._restoring: set[tuple[str, int]] = set()
+        """(name, version) this worker is writing again because the owner found its bytes lost."""
 
     def _ask(self, name: str, op: str, **fields: Any) -> dict[str, Any]:
         return self.node.meta_call(index_key(name), {"op": op, "name": name, **fields})
 
     def reserve(self, name: str, version: int | None) -> int:
-        return self._ask(name, "c.ver_reserve", version=version)["version"]
+        resp = self._ask(name, "c.ver_reserve", version=version)
+        if resp.get("restore"):
+            with self.node.lock:
+                self._restoring.add((name, resp["version"]))
+        return resp["version"]
 
     def commit(self, name: str, version: int, key: str) -> list[str]:
         self.node.announce(key)  # the bytes become a mesh object others can pull
+        with self.node.lock:
+            restore = (name, version) in self._restoring
+            self._restoring.discard((name, version))
         try:
-            self._ask(name, "c.ver_commit", version=version, keep=self.keep)
+            self._ask(name, "c.ver_commit", version=version, keep=self.keep, **({"restore": True} if restore else {}))
         except InvalidRequest:  # a concurrent publisher got there first
             self.node.meta_call(key, {"op": "c.meta_del", "key": key})
             raise
